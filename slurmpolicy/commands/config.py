@@ -1,0 +1,33 @@
+"""``slurmpolicy config``: validate and show settings."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import msgspec
+
+from slurmpolicy import settings as settings_mod
+
+
+@click.group()
+def config() -> None:
+    """Check and show the settings file."""
+
+
+@config.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check(path: str) -> None:
+    """Validate PATH; print what is wrong (file, key, expectation) or 'ok'."""
+    settings_mod.load(path)
+    click.echo(f"{path}: ok")
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def show(ctx: click.Context, as_json: bool) -> None:
+    """Print the effective settings (file merged over defaults)."""
+    loaded = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
+    data = msgspec.to_builtins(loaded)
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,256 @@
+"""Settings: the site's TOML file turned into typed, frozen, validated values.
+
+Owns the schema of ``slurmpolicy.toml`` and its defaults. Parsing is done by
+the standard ``tomllib``; validation and conversion by ``msgspec``, whose
+errors name the path of the bad key (``$.classes.research.weight``). We add
+the file name and the cross-field checks msgspec cannot express, and raise a
+single :class:`~slurmpolicy.errors.ConfigError`.
+
+Durations in the file are Slurm-style strings ("90", "30:00", "2-00:00:00")
+or numbers of seconds; they are held as seconds (float).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from slurmpolicy.durations import parse_duration
+from slurmpolicy.errors import ConfigError
+
+DEFAULT_PATH = Path("/etc/slurmpolicy/slurmpolicy.toml")
+ENV_PATH = "SLURMPOLICY_CONFIG"
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class PriorityClass(_Section):
+    """A priority class (``#SPOLICY --class=NAME``)."""
+
+    #: Base site-factor weight; higher classes get larger values.
+    weight: int
+    #: Rank: a class may preempt classes of strictly lower rank only.
+    rank: int
+    #: Jobs of this class may be preempted by higher classes.
+    preemptible: bool = True
+    #: When not empty, only these Slurm accounts may use the class.
+    accounts: tuple[str, ...] = ()
+    description: str = ""
+
+
+class FairShare(_Section):
+    #: Guaranteed fraction of the cluster's GPUs per account; the rest is shared.
+    shares: dict[str, Fraction] = msgspec.field(default_factory=dict)
+    #: Half-life of decayed GPU-second usage.
+    half_life: Seconds = 7 * 86400.0
+    #: Site-factor points for an account exactly at zero usage vs. its share.
+    weight: int = 10_000
+
+
+class Aging(_Section):
+    #: Site-factor points per hour of eligible wait.
+    points_per_hour: float = 100.0
+    #: Aging stops adding after this long.
+    max_age: Seconds = 7 * 86400.0
+    #: Extra points per hour for a job blocked only by fragmentation.
+    fragmentation_bonus_per_hour: float = 200.0
+
+
+class Priority(_Section):
+    #: Emit a new site factor only when it moved by at least this much.
+    change_threshold: int = 50
+    #: At most this many site-factor updates per cycle.
+    max_updates_per_cycle: PositiveInt = 200
+    #: Site factor for --checkpoint=none jobs (0 = no penalty).
+    no_checkpoint_penalty: int = 0
+
+
+class Reservations(_Section):
+    #: A job of at least this many GPUs is "large".
+    large_job_gpus: PositiveInt = 16
+    #: A large job that waited this long gets a reservation.
+    starvation_wait: Seconds = 3600.0
+    #: Prefix of reservations slurmpolicy owns; it never touches others.
+    name_prefix: str = "spolicy_"
+    #: Only update a reservation when its start moved by more than this.
+    update_threshold: Seconds = 300.0
+    max_per_cycle: PositiveInt = 10
+
+
+class Preemption(_Section):
+    enabled: bool = True
+    #: A job younger than this is never a victim.
+    min_runtime: Seconds = 600.0
+    #: Grace when a job did not say how long its checkpoint takes.
+    default_grace: Seconds = 120.0
+    #: Most times one job may be preempted in a rolling day.
+    max_per_job_per_day: PositiveInt = 3
+    #: Estimated cost of restarting a job (restore + warm-up), in seconds of its GPUs.
+    restart_cost: Seconds = 300.0
+    #: --checkpoint=none jobs are allowed only in these partitions (empty: anywhere).
+    no_checkpoint_partitions: tuple[str, ...] = ()
+    #: Victims a single beneficiary may claim per cycle.
+    max_victims_per_job: PositiveInt = 16
+    #: A victim that never acknowledged a promised checkpoint this many times
+    #: counts as unable to checkpoint.
+    missed_ack_limit: PositiveInt = 1
+
+
+class Window(_Section):
+    #: Hours of the day (UTC, 0..23) this window covers.
+    hours: tuple[Annotated[int, msgspec.Meta(ge=0, le=23)], ...]
+    #: Relative cost (price or carbon intensity); lower is better.
+    cost: float = 1.0
+
+
+class Deferral(_Section):
+    #: Named windows that `--deferrable=NAME` may ask for.
+    windows: dict[str, Window] = msgspec.field(default_factory=dict)
+    #: Release deferred jobs at once when fewer GPUs than this fraction are in use.
+    idle_release_fraction: Fraction = 0.5
+
+
+class Fabric(_Section):
+    #: topology.conf to read; empty: the one beside the active slurm.conf.
+    topology_conf: str = ""
+    #: Our own TOML fabric file; empty: none.
+    fabric_file: str = ""
+    #: Per-host `nvidia-smi topo -m` outputs, a glob; empty: none.
+    nvidia_smi_topo: str = ""
+    #: Node features read as domains, e.g. nvl_rack1 -> nvlink domain.
+    nvlink_feature_prefix: str = "nvl_"
+    leaf_feature_prefix: str = "leaf"
+
+
+class Slurm(_Section):
+    #: "auto", "jsoncli" or "pyslurm".
+    adapter: str = "auto"
+    #: Directory holding squeue, sinfo, scontrol; empty: $PATH.
+    bin_dir: str = ""
+    #: Seconds before a Slurm command is given up.
+    command_timeout: Seconds = 30.0
+
+
+class Daemon(_Section):
+    state_dir: str = "/var/lib/slurmpolicy"
+    #: Seconds between cycles.
+    interval: Seconds = 30.0
+    #: Skip a cycle whose snapshot is older than this.
+    max_snapshot_age: Seconds = 60.0
+    #: At most this many Slurm calls that change something, per cycle.
+    max_slurm_calls_per_cycle: PositiveInt = 100
+    #: Longest back-off after Slurm failures.
+    max_backoff: Seconds = 300.0
+
+
+class Metrics(_Section):
+    enabled: bool = True
+    #: Address of the Prometheus endpoint; localhost unless configured.
+    bind: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9810
+
+
+def _default_classes() -> dict[str, PriorityClass]:
+    return {
+        "production": PriorityClass(weight=100_000, rank=3, preemptible=False,
+                                    description="deadline-bound, never preempted"),
+        "research": PriorityClass(weight=10_000, rank=2, preemptible=True,
+                                  description="default class, preemptible by production"),
+        "experimental": PriorityClass(weight=0, rank=1, preemptible=True,
+                                      description="best effort, first to be preempted"),
+    }
+
+
+class Settings(_Section):
+    classes: dict[str, PriorityClass] = msgspec.field(default_factory=_default_classes)
+    #: Class of a job without --class.
+    default_class: str = "research"
+    fairshare: FairShare = msgspec.field(default_factory=FairShare)
+    aging: Aging = msgspec.field(default_factory=Aging)
+    priority: Priority = msgspec.field(default_factory=Priority)
+    reservations: Reservations = msgspec.field(default_factory=Reservations)
+    preemption: Preemption = msgspec.field(default_factory=Preemption)
+    deferral: Deferral = msgspec.field(default_factory=Deferral)
+    fabric: Fabric = msgspec.field(default_factory=Fabric)
+    slurm: Slurm = msgspec.field(default_factory=Slurm)
+    daemon: Daemon = msgspec.field(default_factory=Daemon)
+    metrics: Metrics = msgspec.field(default_factory=Metrics)
+
+    def __post_init__(self) -> None:
+        if self.default_class not in self.classes:
+            raise ValueError(
+                f"default_class {self.default_class!r} is not one of the classes "
+                f"({', '.join(sorted(self.classes))}) - at `$.default_class`"
+            )
+        total = sum(self.fairshare.shares.values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                f"fairshare shares add up to {total:.3f}; they must not exceed 1.0"
+                " - at `$.fairshare.shares`"
+            )
+        if self.slurm.adapter not in ("auto", "jsoncli", "pyslurm"):
+            raise ValueError(
+                f"unknown adapter {self.slurm.adapter!r}; allowed: auto, jsoncli, pyslurm"
+                " - at `$.slurm.adapter`"
+            )
+
+    def class_of(self, name: str | None) -> PriorityClass:
+        return self.classes[name or self.default_class]
+
+
+_DURATION_KEYS = {
+    ("fairshare", "half_life"), ("aging", "max_age"), ("reservations", "starvation_wait"),
+    ("reservations", "update_threshold"), ("preemption", "min_runtime"),
+    ("preemption", "default_grace"), ("preemption", "restart_cost"),
+    ("daemon", "interval"), ("daemon", "max_snapshot_age"), ("daemon", "max_backoff"),
+    ("slurm", "command_timeout"),
+}
+
+
+def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Settings:
+    """Validate a parsed mapping; raise ConfigError naming ``source`` and the key."""
+    converted: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v)
+                                 for k, v in data.items()}
+    for section, key in _DURATION_KEYS:
+        table = converted.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            try:
+                table[key] = parse_duration(table[key])
+            except ValueError as exc:
+                raise ConfigError(f"{source}: {exc} - at `$.{section}.{key}`") from exc
+    try:
+        return msgspec.convert(converted, Settings, strict=True)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Load settings from ``path``, $SLURMPOLICY_CONFIG, or the default path.
+
+    A missing default file gives the shipped defaults; a missing file that was
+    asked for by name is an error.
+    """
+    explicit = path is not None or ENV_PATH in os.environ
+    target = Path(path if path is not None else os.environ.get(ENV_PATH, DEFAULT_PATH))
+    if not target.exists():
+        if explicit:
+            raise ConfigError(f"{target}: settings file not found")
+        return Settings()
+    try:
+        data = tomllib.loads(target.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{target}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{target}: cannot read: {exc.strerror}") from exc
+    return from_mapping(data, str(target))

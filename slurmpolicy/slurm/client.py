@@ -1,0 +1,102 @@
+"""The Slurm port: the one interface the rest of slurmpolicy uses to read and
+steer Slurm. Adapters (``jsoncli``, ``pyslurm_client``) implement it and are
+chosen by :func:`connect`.
+
+Every method either succeeds or raises one of the typed errors of
+:mod:`slurmpolicy.errors`, carrying Slurm's own message. Idempotent goals are
+the caller's business: a requeue answered with :class:`JobAlreadyPending`
+means the goal is reached, and the executor treats it so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from slurmpolicy.model import Snapshot
+
+SignalTarget = Literal["batch", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationSpec:
+    """What slurmpolicy asks of ``scontrol create/update reservation``."""
+
+    name: str
+    nodes: tuple[str, ...]
+    #: Seconds since the epoch (UTC).
+    start_time: float
+    #: Minutes, as Slurm counts a reservation's duration.
+    duration_minutes: int
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partition: str = ""
+    #: Slurm reservation flags, e.g. ("IGNORE_JOBS",). Slurm needs either users
+    #: or accounts on a reservation.
+    flags: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """Read the cluster and pull Slurm's levers. Implemented by each adapter."""
+
+    #: "jsoncli" or "pyslurm", for logs and the inspector.
+    name: str
+
+    def snapshot(self) -> Snapshot:
+        """One consistent read: jobs, nodes, partitions, reservations."""
+        ...
+
+    def set_site_factor(self, job_id: int, site_factor: int) -> None:
+        """Set the job's site factor (never its frozen ``priority``)."""
+        ...
+
+    def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
+        """Send a signal ("USR1", "SIGTERM", "15"...) to the batch shell or all steps."""
+        ...
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        """Requeue a running job (``scontrol requeue`` / ``requeuehold``)."""
+        ...
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        ...
+
+    def set_comment(self, job_id: int, text: str) -> None:
+        ...
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def create_reservation(self, spec: ReservationSpec) -> None:
+        ...
+
+    def update_reservation(self, spec: ReservationSpec) -> None:
+        ...
+
+    def delete_reservation(self, name: str) -> None:
+        ...
+
+
+def connect(adapter: str = "auto", **options: object) -> SlurmClient:
+    """Return the adapter the site asked for.
+
+    ``auto`` takes pyslurm when it imports and was built for the Slurm that
+    answers, else the JSON CLI, which works with every Slurm since 21.08.
+    """
+    if adapter not in ("auto", "jsoncli", "pyslurm"):
+        raise ValueError(f"unknown Slurm adapter {adapter!r}; allowed: auto, jsoncli, pyslurm")
+    if adapter in ("auto", "pyslurm"):
+        from slurmpolicy.slurm import pyslurm_client
+
+        reason = pyslurm_client.unavailable_reason()
+        if reason is None:
+            return pyslurm_client.PySlurmClient(**options)  # type: ignore[arg-type]
+        if adapter == "pyslurm":
+            from slurmpolicy.errors import SlurmUnavailable
+
+            raise SlurmUnavailable(f"pyslurm adapter asked for, but {reason}")
+    from slurmpolicy.slurm.jsoncli import JsonCliClient
+
+    return JsonCliClient(**options)  # type: ignore[arg-type]
