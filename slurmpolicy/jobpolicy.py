@@ -1,0 +1,208 @@
+"""What a job told slurmpolicy through its ``#SPOLICY`` directives, as policy reads it.
+
+Owns the parsed, normalized form (:class:`JobPolicy`) and its wire form in
+the job's ``admin_comment``, which job_submit.lua writes and users cannot
+change::
+
+    spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
+        topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
+        defer=night,deadline=86400
+
+Tokens are separated by single spaces, values never contain spaces, durations
+are whole seconds. Keys absent mean "not said" and take the defaults below.
+Text before ``spolicy:`` or an unknown key is ignored (forward compatible);
+a known key with a bad value makes the job's record "unreadable" (the
+inspector reports it) and the defaults apply.
+
+The directive schema, validation messages and the Lua renderer live in
+:mod:`slurmpolicy.directives`; this module is what the planner needs and is
+kept free of them so that the core stays small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "spolicy:v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """``--checkpoint=signal:SIG,grace=D[,interval=D]`` or ``--checkpoint=none``."""
+
+    #: Signal name without "SIG" (USR1, TERM, ...); None: the job cannot checkpoint.
+    signal: str | None
+    #: Seconds the job needs to save after the signal.
+    grace: float = 0.0
+    #: Seconds between the job's own periodic checkpoints; None: unknown.
+    interval: float | None = None
+
+    @property
+    def capable(self) -> bool:
+        return self.signal is not None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPolicy:
+    """A job's directives, normalized. Defaults are what a job without lines gets."""
+
+    job_class: str | None = None
+    #: None: the job said nothing about checkpoints (treated as unable).
+    checkpoint: Checkpoint | None = None
+    #: False: never a victim.
+    preemptible: bool = True
+    #: Seconds after start before the job may be preempted.
+    preemptible_after: float = 0.0
+    #: nvlink, leaf, spine or any.
+    topology: str = "any"
+    topology_strict: bool = False
+    #: Seconds the user expects the job to run (else its time limit counts).
+    expected_runtime: float | None = None
+    gpu_type: str | None = None
+    min_gpu_memory_gb: float | None = None
+    data: str | None = None
+    #: Name of a deferral window from the settings.
+    defer_window: str | None = None
+    #: Seconds after submission by which a deferred job must be released.
+    defer_deadline: float | None = None
+    #: False when the admin_comment carried our prefix but could not be read.
+    readable: bool = True
+
+    @property
+    def can_checkpoint(self) -> bool:
+        return self.checkpoint is not None and self.checkpoint.capable
+
+
+DEFAULT = JobPolicy()
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0 or value != value:
+        raise ValueError(text)
+    return value
+
+
+def parse_admin_comment(text: str) -> JobPolicy:
+    """The JobPolicy stored in an admin_comment; defaults when there is none."""
+    start = text.find(PREFIX)
+    if start < 0:
+        return DEFAULT
+    fields: dict[str, object] = {}
+    try:
+        for token in text[start + len(PREFIX):].split():
+            key, _, value = token.partition("=")
+            if key == "class":
+                fields["job_class"] = value
+            elif key == "ckpt":
+                fields["checkpoint"] = _parse_ckpt(value)
+            elif key == "preempt":
+                if value == "yes":
+                    fields["preemptible"] = True
+                elif value == "no":
+                    fields["preemptible"] = False
+                elif value.startswith("after="):
+                    fields["preemptible_after"] = _seconds(value[len("after="):])
+                else:
+                    raise ValueError(value)
+            elif key == "topo":
+                level, _, flag = value.partition(",")
+                if level not in ("nvlink", "leaf", "spine", "any") or flag not in ("", "strict"):
+                    raise ValueError(value)
+                fields["topology"] = level
+                fields["topology_strict"] = flag == "strict"
+            elif key == "runtime":
+                fields["expected_runtime"] = _seconds(value)
+            elif key == "gpu_type":
+                fields["gpu_type"] = value
+            elif key == "gpu_mem":
+                fields["min_gpu_memory_gb"] = _seconds(value)
+            elif key == "data":
+                fields["data"] = value
+            elif key == "defer":
+                window, _, rest = value.partition(",")
+                fields["defer_window"] = window
+                if rest:
+                    name, _, deadline = rest.partition("=")
+                    if name != "deadline":
+                        raise ValueError(value)
+                    fields["defer_deadline"] = _seconds(deadline)
+            # Unknown keys come from a newer plugin: ignore them.
+    except ValueError:
+        return JobPolicy(readable=False)
+    return JobPolicy(**fields)  # type: ignore[arg-type]
+
+
+def _parse_ckpt(value: str) -> Checkpoint:
+    if value == "none":
+        return Checkpoint(signal=None)
+    parts = dict(p.partition("=")[::2] for p in value.split(",") if "=" in p)
+    head = value.split(",", 1)[0]
+    if not head.startswith("signal:"):
+        raise ValueError(value)
+    interval = parts.get("interval")
+    return Checkpoint(
+        signal=head[len("signal:"):],
+        grace=_seconds(parts.get("grace", "0")),
+        interval=_seconds(interval) if interval else None,
+    )
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def render_admin_comment(policy: JobPolicy) -> str:
+    """The canonical wire form; ``parse_admin_comment`` inverts it."""
+    tokens = [PREFIX]
+    if policy.job_class:
+        tokens.append(f"class={policy.job_class}")
+    if policy.checkpoint is not None:
+        ck = policy.checkpoint
+        if ck.signal is None:
+            tokens.append("ckpt=none")
+        else:
+            text = f"ckpt=signal:{ck.signal},grace={_num(ck.grace)}"
+            if ck.interval is not None:
+                text += f",interval={_num(ck.interval)}"
+            tokens.append(text)
+    if not policy.preemptible:
+        tokens.append("preempt=no")
+    elif policy.preemptible_after:
+        tokens.append(f"preempt=after={_num(policy.preemptible_after)}")
+    if policy.topology != "any" or policy.topology_strict:
+        tokens.append(f"topo={policy.topology}" + (",strict" if policy.topology_strict else ""))
+    if policy.expected_runtime is not None:
+        tokens.append(f"runtime={_num(policy.expected_runtime)}")
+    if policy.gpu_type:
+        tokens.append(f"gpu_type={policy.gpu_type}")
+    if policy.min_gpu_memory_gb is not None:
+        tokens.append(f"gpu_mem={_num(policy.min_gpu_memory_gb)}")
+    if policy.data:
+        tokens.append(f"data={policy.data}")
+    if policy.defer_window:
+        text = f"defer={policy.defer_window}"
+        if policy.defer_deadline is not None:
+            text += f",deadline={_num(policy.defer_deadline)}"
+        tokens.append(text)
+    return " ".join(tokens)
+
+
+# --- the job's acknowledgements, in its own ``comment`` -------------------------
+#: The job writes ``ckpt:<epoch seconds>`` (last checkpoint written) into its
+#: comment through ``scontrol update``; optionally ``ckpt:<epoch>:<restart count>``.
+ACK_PREFIX = "ckpt:"
+
+
+def last_checkpoint(comment: str) -> float | None:
+    """Epoch seconds of the job's last acknowledged checkpoint, from its comment."""
+    best: float | None = None
+    for token in comment.split():
+        if token.startswith(ACK_PREFIX):
+            stamp = token[len(ACK_PREFIX):].split(":", 1)[0]
+            try:
+                value = float(stamp)
+            except ValueError:
+                continue
+            best = value if best is None else max(best, value)
+    return best

@@ -1,0 +1,208 @@
+"""What the planner may ask for, and what it is told has already been started.
+
+Owns the Action types of a Plan (each with the job or reservation it concerns
+and a reason a person can read) and the Intents the daemon's journal hands
+back to the planner, so that planning twice never starts the same thing twice.
+The daemon executor carries Actions out; the simulator applies them with
+Slurm's semantics; the inspector shows them. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """Base: every action says why."""
+
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetSiteFactor(Action):
+    job_id: int
+    site_factor: int
+    previous: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateReservation(Action):
+    name: str
+    job_id: int
+    nodes: tuple[str, ...]
+    start_time: float
+    duration: float
+    user: str
+    account: str = ""
+    partition: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateReservation(Action):
+    name: str
+    job_id: int
+    nodes: tuple[str, ...]
+    start_time: float
+    duration: float
+    user: str
+    account: str = ""
+    partition: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteReservation(Action):
+    name: str
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartPreemption(Action):
+    """Open a preemption: one beneficiary, its victims, the nodes it will get.
+
+    The executor journals it (state ``planned``), creates the reservation
+    ``reservation`` on ``nodes`` for the beneficiary, then the planner's later
+    cycles emit the SignalCheckpoint and Requeue steps.
+    """
+
+    preemption_id: str
+    beneficiary: int
+    victims: tuple[int, ...]
+    nodes: tuple[str, ...]
+    reservation: str
+    #: GPU-seconds of work the victims will lose (since their last checkpoint).
+    expected_lost_gpu_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalCheckpoint(Action):
+    preemption_id: str
+    job_id: int
+    #: Slurm's restart count of the victim when signalled: (job, restart) keys the intent.
+    restart_count: int
+    signal: str
+    #: Epoch seconds by which the victim must acknowledge, else it is requeued anyway.
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requeue(Action):
+    preemption_id: str
+    job_id: int
+    restart_count: int
+    #: "acknowledged" or "deadline".
+    after: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishPreemption(Action):
+    """Close a preemption: done, or aborted (``aborted`` True) with the reason."""
+
+    preemption_id: str
+    aborted: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetBeginTime(Action):
+    """Defer (begin in the future) or release (begin None) a deferrable job."""
+
+    job_id: int
+    begin_time: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Annotate(Action):
+    """Explains a decision that needs no change in Slurm (e.g. 'not a victim: ...')."""
+
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    #: Per-job effective priorities as computed (site factor + Slurm's), for views.
+    effective_priority: Mapping[int, int] = field(default_factory=dict)
+
+    def of_kind(self, kind: type[Action]) -> list[Action]:
+        return [a for a in self.actions if isinstance(a, kind)]
+
+
+class VictimState(StrEnum):
+    PLANNED = "planned"
+    SIGNALLED = "signalled"
+    ACKNOWLEDGED = "acknowledged"
+    DEADLINE = "deadline"
+    REQUEUED = "requeued"
+    #: The victim ended by itself; no requeue needed.
+    ENDED = "ended"
+
+
+@dataclass(frozen=True, slots=True)
+class VictimIntent:
+    job_id: int
+    restart_count: int
+    state: VictimState
+    signal: str = "USR1"
+    signalled_at: float | None = None
+    deadline: float | None = None
+
+
+class PreemptionState(StrEnum):
+    PLANNED = "planned"
+    RESERVED = "reserved"
+    SIGNALLED = "signalled"
+    REQUEUED = "requeued"
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionIntent:
+    preemption_id: str
+    beneficiary: int
+    nodes: tuple[str, ...]
+    reservation: str
+    state: PreemptionState
+    victims: tuple[VictimIntent, ...]
+    started_at: float
+
+    @property
+    def open(self) -> bool:
+        return self.state not in (PreemptionState.DONE, PreemptionState.ABORTED)
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationIntent:
+    """A reservation slurmpolicy created for a starving large job."""
+
+    name: str
+    job_id: int
+    nodes: tuple[str, ...]
+    start_time: float
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class Intents:
+    """What the daemon already started, from its journal."""
+
+    preemptions: tuple[PreemptionIntent, ...] = ()
+    reservations: tuple[ReservationIntent, ...] = ()
+    #: Decayed GPU-seconds of usage per account, as of ``usage_at``.
+    usage: Mapping[str, float] = field(default_factory=dict)
+    usage_at: float | None = None
+    #: Epoch seconds of each past preemption of a job (for the per-day budget).
+    preempted_at: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    #: Jobs that missed acknowledging a promised checkpoint, and how often.
+    missed_acks: Mapping[int, int] = field(default_factory=dict)
+    #: Site factors the daemon last set (to emit only real changes).
+    site_factors: Mapping[int, int] = field(default_factory=dict)
+
+    def open_preemptions(self) -> list[PreemptionIntent]:
+        return [p for p in self.preemptions if p.open]
