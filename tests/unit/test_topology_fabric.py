@@ -277,7 +277,7 @@ def test_labels_may_differ_if_grouping_agrees(tmp_path):
 def test_two_leaf_features_on_one_node_is_an_error(tmp_path):
     (tmp_path / "slurm.conf").write_text("ClusterName=dev\n")
     nodes = [Node(name="gpu01", state="IDLE", features=("leaf1", "leaf2"))]
-    with pytest.raises(TopologyError, match="gpu01.*leaf1, leaf2"):
+    with pytest.raises(TopologyError, match=r"gpu01.*leaf1, leaf2"):
         Fabric.from_sources(nodes, None, tmp_path / "slurm.conf")
 
 

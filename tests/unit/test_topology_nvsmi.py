@@ -48,12 +48,12 @@ def test_ansi_underlined_header_and_pcie_only_box():
 
 
 @pytest.mark.parametrize("mutate, line, words", [
-    (lambda t: t.replace("GPU3    NV12    NV12    NV12     X ", "GPU3    NV12    NV12    NV8      X ",
-                         1), 4, "is NV12 but GPU3/GPU2 is NV8 (line 5); expected a symmetric"),
+    (lambda t: t.replace("GPU3    NV12    NV12    NV12     X ",
+                         "GPU3    NV12    NV12    NV8      X ", 1), 4, "is NV12 but GPU3/GPU2 is NV8 (line 5); expected a symmetric"),
     (lambda t: t.replace("GPU1    NV12     X ", "GPU1    NV12    NV12", 1), 3,
      "expected X exactly on the diagonal"),
-    (lambda t: t.replace("GPU2    NV12    NV12     X      NV12", "GPU2    NV12    NV12     X      QPI",
-                         1), 4, "expected X, NV#"),
+    (lambda t: t.replace("GPU2    NV12    NV12     X      NV12",
+                         "GPU2    NV12    NV12     X      QPI", 1), 4, "expected X, NV#"),
     (lambda t: t.replace("\nGPU5 ", "\nGPU9 ", 1), 7, "not a column of the header"),
 ])
 def test_bad_matrices_name_line_and_expectation(mutate, line, words):
