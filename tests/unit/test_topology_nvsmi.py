@@ -49,7 +49,8 @@ def test_ansi_underlined_header_and_pcie_only_box():
 
 @pytest.mark.parametrize("mutate, line, words", [
     (lambda t: t.replace("GPU3    NV12    NV12    NV12     X ",
-                         "GPU3    NV12    NV12    NV8      X ", 1), 4, "is NV12 but GPU3/GPU2 is NV8 (line 5); expected a symmetric"),
+                         "GPU3    NV12    NV12    NV8      X ", 1), 4,
+     "is NV12 but GPU3/GPU2 is NV8 (line 5); expected a symmetric"),
     (lambda t: t.replace("GPU1    NV12     X ", "GPU1    NV12    NV12", 1), 3,
      "expected X exactly on the diagonal"),
     (lambda t: t.replace("GPU2    NV12    NV12     X      NV12",
