@@ -27,7 +27,7 @@ integer columns, so a 64-node placement on 4,096 hosts takes milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Placement, Shape
 
@@ -95,13 +95,20 @@ class _Search:
                 self.key[i] = (degraded, 0 if h in prefer else 1, f - g, i)
 
     # ------------------------------------------------------------------ pools
-    def pool(self, level: Level) -> tuple[dict[int, list[int]], int]:
+    def pool(self, level: Level) -> tuple[dict[Any, list[int]], int]:
         """Eligible hosts grouped by domain at ``level``, minus those whose links
-        a placement at that level would have to use and that are down."""
+        a placement at that level would have to use and that are down.
+
+        An NVLink domain may span leaves (NVL72 trays cabled to two leaves);
+        when the shape asks for one leaf or spine, NVLink domains are cut
+        along it, so an NVLink-compact set never leaves the asked domain."""
         fab, multi = self.fab, self.shape.nodes > 1
-        col = fab._dom[level]
+        col: Sequence[Any] = fab._dom[level]
+        if level == Level.NVLINK and self.shape.level in (Level.LEAF, Level.SPINE):
+            outer = fab._dom[self.shape.level]
+            col = list(zip(col, outer, strict=True))
         leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
-        groups: dict[int, list[int]] = {}
+        groups: dict[Any, list[int]] = {}
         dropped = 0
         for i in self.eligible:
             if multi and level >= Level.LEAF and fab._host_up[i] == Health.DOWN:
