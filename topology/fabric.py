@@ -283,6 +283,11 @@ class Fabric:
                 elif health == Health.DEGRADED:
                     self._gpu_degraded[i] = True
 
+        self._any_degraded = (
+            Health.DEGRADED in self._host_up or Health.DEGRADED in self._leaf_up
+            or Health.DEGRADED in self._spine_up or any(self._gpu_degraded)
+        )
+
     def _is_up(self, node: Any, other: Any) -> bool:
         """True when ``other`` is above ``node`` in the switch tree."""
         if other[0] == "cluster":

@@ -148,7 +148,8 @@ class _Search:
         fewest sub-domains; degraded hosts last, preferred and tight-fit first."""
         if len(pool) == n:
             return pool
-        if level <= Level.HOST:
+        if level <= Level.HOST or (level == Level.LEAF and not self.fab._multi_host_nvlink):
+            # Below a leaf every host is its own NVLink domain: only host order matters.
             return sorted(pool, key=self.key.__getitem__)[:n]
         col, child_level = self._children(level)
         grouped: dict[int, list[int]] = {}
@@ -179,13 +180,19 @@ class _Search:
     def grade(self, hosts: list[int], level: Level, domain_pool: int) -> tuple[object, ...]:
         fab = self.fab
         lower = [lv for lv in SEARCH_LEVELS if lv < level and lv > Level.HOST]
-        spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
         key = self.key
+        if level == Level.LEAF and not fab._multi_host_nvlink:
+            # All sets inside one leaf of single-host NVLink domains span the
+            # same and cost the same but for degraded links.
+            spans: tuple[int, ...] = ()
+            cost = fab._degraded_pairs(hosts) if fab._any_degraded else 0.0
+        else:
+            spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
+            cost = fab._cost(hosts)
         degraded = sum(key[i][0] for i in hosts)
         preferred = sum(1 - key[i][1] for i in hosts)
         slack = sum(key[i][2] for i in hosts)
-        return (spans, fab._cost(hosts), degraded, -preferred, domain_pool - len(hosts), slack,
-                min(hosts))
+        return (spans, cost, degraded, -preferred, domain_pool - len(hosts), slack, min(hosts))
 
     # ------------------------------------------------------------------- main
     def run(self) -> Placement | NoPlacement:
