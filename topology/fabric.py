@@ -78,7 +78,8 @@ class Fabric:
             if unknown:
                 from slurmpolicy.hostlist import compress
 
-                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()})
+                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
+                                if o.rsplit(":", 1)[-1].isdigit()})[:3]
                 raise TopologyError(
                     f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
                     f" Slurm; expected only nodes of slurm.conf ({compress(sorted(known))})"

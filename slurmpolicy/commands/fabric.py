@@ -195,7 +195,7 @@ def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:
 # --------------------------------------------------------------------- check
 @fabric.command("check")
 @_with_sources
-def check(loaded: _Loaded, as_json: bool) -> int:
+def check(loaded: _Loaded, as_json: bool) -> None:
     """Read every source; report counts, warnings and conflicts (exit 1 on a conflict)."""
     fab = loaded.fabric
     counts = {lv.name.lower(): len(fab.domains(lv))
@@ -215,7 +215,8 @@ def check(loaded: _Loaded, as_json: bool) -> int:
         for conflict in fab.conflicts:
             click.echo(f"conflict: {conflict.message}")
         click.echo(status)
-    return 1 if fab.conflicts else 0
+    if fab.conflicts:
+        click.get_current_context().exit(1)
 
 
 # -------------------------------------------------------------------- render
@@ -250,7 +251,7 @@ def render_cmd(loaded: _Loaded, as_json: bool, form: str, output: str | None) ->
 @_with_sources
 def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level: str,
           strict: bool, gpu_type: str | None, min_gpu_memory: float | None,
-          prefer: str | None) -> int:
+          prefer: str | None) -> None:
     """Where would a job of N nodes x G GPUs go now, most compactly?"""
     try:
         lv = Level.parse(level)
@@ -272,7 +273,7 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
             click.echo(f"no placement: {result.reason}")
             if loaded.note:
                 click.echo(loaded.note)
-        return 1
+        click.get_current_context().exit(1)
     spans = {lv.name.lower(): n for lv, n in result.spans.items()}
     if as_json:
         _dump({"placed": True, "hosts": list(result.hosts), "hostlist": compress(result.hosts),
@@ -288,4 +289,3 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
                                                   else ""))
         if loaded.note:
             click.echo(loaded.note)
-    return 0
