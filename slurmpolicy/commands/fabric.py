@@ -221,8 +221,10 @@ def check(loaded: _Loaded, as_json: bool) -> None:
 
 # -------------------------------------------------------------------- render
 @fabric.command("render")
-@click.option("--form", type=click.Choice(["tree", "block"]), default="tree", show_default=True,
-              help="topology.conf form: tree (IB switches) or block (NVLink domains).")
+@click.option("--form", type=click.Choice(["tree", "block", "yaml"]), default="tree",
+              show_default=True,
+              help="topology.conf tree (IB switches) or block (NVLink domains), or"
+                   " topology.yaml (Slurm 25.05+) with both.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write to this file instead of standard output.")
 @_with_sources
