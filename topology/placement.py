@@ -200,7 +200,9 @@ class _Search:
         n = shape.nodes
         if len(self.eligible) < n:
             return self.too_few()
-        best_at: dict[Level, tuple[int, int]] = {}
+        best_at: dict[Level, tuple[int, int]] = {
+            Level.HOST: (min(1, len(self.eligible)), self._best_gpus(Level.HOST)),
+        }
         dropped_any = 0
         for level in SEARCH_LEVELS:
             if level == Level.HOST and n > 1:

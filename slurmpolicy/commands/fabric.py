@@ -71,7 +71,10 @@ def _load(ctx: click.Context, topology_conf: str | None, fabric_file: str | None
             snapshot = connect(cfg.slurm.adapter).snapshot()
             nodes = list(snapshot.nodes)
             live = True
-        except (ImportError, SlurmError) as exc:
+        except ImportError as exc:
+            note = (f"no Slurm adapter could be loaded ({exc}); nodes from slurm.conf, all GPUs"
+                    " counted free")
+        except SlurmError as exc:
             note = f"Slurm did not answer ({exc}); nodes from slurm.conf, all GPUs counted free"
     else:
         note = "--no-slurm: nodes from slurm.conf, all GPUs counted free"
@@ -113,8 +116,10 @@ def fabric() -> None:
 
 # ---------------------------------------------------------------------- show
 @fabric.command("show")
+@click.option("--hosts/--no-hosts", "with_hosts", default=None,
+              help="Draw every host (default: only when there are at most 64).")
 @_with_sources
-def show(loaded: _Loaded, as_json: bool) -> None:
+def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     """Draw spines, leaves, NVLink domains and hosts with their free/used GPUs."""
     fab = loaded.fabric
     frag = fab.fragmentation(loaded.free)
@@ -138,6 +143,8 @@ def show(loaded: _Loaded, as_json: bool) -> None:
     root = Tree(f"[bold]cluster[/] {len(fab.hosts)} hosts, {total} GPUs, "
                 f"{frag.free_gpus} free - {frag.summary()}")
     multi_nv = any(len(h) > 1 for h in fab.domains(Level.NVLINK).values())
+    if with_hosts is None:
+        with_hosts = len(fab.hosts) <= 64
     spines = fab.domains(Level.SPINE)
     leaves = fab.domains(Level.LEAF)
     for spine in sorted(spines):
@@ -147,6 +154,8 @@ def show(loaded: _Loaded, as_json: bool) -> None:
         for leaf in leaf_names:
             l_hosts = leaves[leaf]
             l_node = s_node.add(f"[cyan]leaf {leaf}[/] {_counts(loaded, l_hosts)}")
+            if not with_hosts:
+                continue
             if multi_nv:
                 groups: dict[str, list[str]] = {}
                 for h in l_hosts:
@@ -163,9 +172,13 @@ def show(loaded: _Loaded, as_json: bool) -> None:
 
 
 def _counts(loaded: _Loaded, hosts: tuple[str, ...] | list[str]) -> str:
+    fab = loaded.fabric
     free = sum(loaded.free.get(h, 0) for h in hosts)
-    total = sum(loaded.fabric.gpus_of(h) for h in hosts)
-    return f"[dim]{len(hosts)} hosts, {free}/{total} GPUs free[/]"
+    total = sum(fab.gpus_of(h) for h in hosts)
+    whole = sum(1 for h in hosts if fab.gpus_of(h) and loaded.free.get(h, 0) == fab.gpus_of(h))
+    bad = sum(1 for h in hosts if fab.host_health(h) != Health.OK)
+    text = f"[dim]{len(hosts)} hosts, {free}/{total} GPUs free, {whole} hosts wholly free"
+    return text + (f"[/] [yellow]{bad} with link trouble[/]" if bad else "[/]")
 
 
 def _host_line(loaded: _Loaded, host: str) -> str:
