@@ -106,3 +106,15 @@ def test_down_uplinks_never_used_by_multi_host_jobs(case, data):
     if isinstance(result, Placement) and len(result.hosts) > 1:
         multi_host_nvlink = result.spans[Level.NVLINK] == 1
         assert multi_host_nvlink or not (set(result.hosts) & down)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(), st.data())
+def test_linear_cost_is_the_sum_over_pairs(case, data):
+    fab, _free, _shape = case
+    hosts = data.draw(st.lists(st.sampled_from(fab.hosts), unique=True, max_size=12))
+    degraded = data.draw(st.sets(st.sampled_from(fab.hosts), max_size=4))
+    fab = fab.with_links([LinkSpec(h, fab.domain_of(h, Level.LEAF), Health.DEGRADED)
+                          for h in sorted(degraded)])
+    pairwise = sum(fab.cost([a, b]) for i, a in enumerate(hosts) for b in hosts[i + 1:])
+    assert abs(fab.cost(hosts) - pairwise) < 1e-9
