@@ -362,7 +362,9 @@ class Validator:
 
     # Each returns the JobPolicy fields the value sets, or raises _Bad.
     def value(self, name: str, value: str, ctx: Context) -> dict[str, Any]:
-        return getattr(self, "_v_" + name.replace("-", "_"))(value, ctx)  # type: ignore[no-any-return]
+        check = getattr(self, "_v_" + name.replace("-", "_"))
+        result: dict[str, Any] = check(value, ctx)
+        return result
 
     def _v_class(self, value: str, ctx: Context) -> dict[str, Any]:
         if value not in self.settings.classes:
@@ -552,10 +554,9 @@ def check_script(script: bytes | str, settings: Settings | None = None,
                        "#SPOLICY --name=value")
                 continue
             name, eq, value = word[2:].partition("=")
-            if not eq:
-                if i < len(words) and not words[i].startswith(("-", "#")):
-                    value = words[i]
-                    i += 1
+            if not eq and i < len(words) and not words[i].startswith(("-", "#")):
+                value = words[i]
+                i += 1
             if name not in validator.directives:
                 hint = suggest(name, validator.names)
                 report(lineno, line,
