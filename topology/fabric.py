@@ -194,7 +194,7 @@ class Fabric:
             for k in range(self._gpus[i]):
                 gid = ("gpu", h, k)
                 gl = links.get(k)
-                width = sum(gl.nvlinks.values()) if gl and gl.nvlinks else None
+                width = max(gl.nvlinks.values()) if gl and gl.nvlinks else None
                 nodes.append((gid, {"kind": "gpu", "host": h, "index": k,
                                     "gpu_type": self._gpu_type[i],
                                     "near_nics": gl.near_nics if gl else ()}))
