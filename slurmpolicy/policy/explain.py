@@ -176,7 +176,8 @@ def _alternatives(ctx: Context, job: Job) -> tuple[Alternative, ...]:
             out.append(Alternative(change, result.start, result.basis_text(ctx.now)))
 
     if job.node_count > 1:
-        add(f"ask for {job.node_count // 2} nodes instead of {job.node_count}",
+        half = job.node_count // 2
+        add(f"ask for {half} node{'s' if half != 1 else ''} instead of {job.node_count}",
             nodes=job.node_count // 2)
     level, strict = ctx.level_of(job)
     if strict:
