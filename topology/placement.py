@@ -72,10 +72,17 @@ class _Search:
         usable, types, mems = fab._usable, fab._gpu_type, fab._gpu_mem
         prefer = shape.prefer
         host_up, gpu_degraded = fab._host_up, fab._gpu_degraded
-        for i, h in enumerate(fab.hosts):
-            f = free.get(h, 0)
+        hosts = fab.hosts
+        if len(free) * 2 < len(hosts):
+            # A sparse map (only hosts with free GPUs): walk it, in host order.
+            index = fab._index
+            pairs = sorted((index[h], f) for h, f in free.items() if f > 0 and h in index)
+        else:
+            pairs = [(i, free.get(h, 0)) for i, h in enumerate(hosts)]
+        for i, f in pairs:
             if f <= 0:
                 continue
+            h = hosts[i]
             if want_type is not None and (types[i] or "").lower() != want_type:
                 self.wrong_type += 1
                 continue
