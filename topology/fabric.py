@@ -153,6 +153,14 @@ class Fabric:
             if len({self._dom[Level.LEAF][i] for i in members}) > 1
         })
         self._multi_host_nvlink = any(len(m) > 1 for m in self._members[Level.NVLINK])
+        for name in self._split_nvlink:
+            d = self._dom_names[Level.NVLINK].index(name)
+            leaves = sorted({self._dom_names[Level.LEAF][self._dom[Level.LEAF][i]]
+                             for i in self._members[Level.NVLINK][d]})
+            self.warnings.append(
+                f"NVLink domain {name} spans leaves {', '.join(leaves)}; a job asking for one"
+                " leaf uses only the part of it inside that leaf"
+            )
 
     def _build_graph(self) -> None:
         g = nx.Graph()
