@@ -177,7 +177,8 @@ class Fabric:
         spines = set(self._dom_names[Level.SPINE])
         for sw in sorted(switches):
             kind = "leaf" if sw in leaves else "spine" if sw in spines else "switch"
-            g.add_node(("switch", sw), kind=kind, name=sw)
+            g.add_node(("switch", sw), kind=kind, name=sw,
+                       link_speed=spec.link_speed.get(sw))
         for child, parent in spec.parents.items():
             g.add_edge(("switch", child), ("switch", parent), kind="ib", health=Health.OK,
                        bandwidth_gbps=None)
@@ -471,6 +472,7 @@ class Fabric:
         """A copy of this fabric with more link health applied (for tests, what-ifs)."""
         spec = FabricSpec(source=self.spec.source, hosts=self.spec.hosts,
                           parents=self.spec.parents, links=[*self.spec.links, *links],
+                          link_speed=self.spec.link_speed,
                           block_sizes=self.spec.block_sizes, conflicts=self.spec.conflicts,
                           warnings=self.spec.warnings, sources=self.spec.sources)
         return Fabric(spec)
