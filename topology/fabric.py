@@ -82,7 +82,7 @@ class Fabric:
                                 if o.rsplit(":", 1)[-1].isdigit()})[:3]
                 raise TopologyError(
                     f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
-                    f" Slurm; expected only nodes of slurm.conf ({compress(sorted(known))})"
+                    f" Slurm; expected only nodes Slurm knows ({compress(sorted(known))})"
                 )
         self.hosts: tuple[str, ...] = tuple(sorted(spec.hosts))
         self._index = {h: i for i, h in enumerate(self.hosts)}
