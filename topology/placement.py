@@ -250,10 +250,15 @@ class _Search:
         hosts = sorted(hosts)
         spans = fab._spans(hosts)
         level = next(lv for lv in SEARCH_LEVELS if spans[lv] == 1)
-        degraded = any(self.key[i][0] for i in hosts) or (
-            len(hosts) > 1 and any(
-                fab._leaf_up[fab._dom[Level.LEAF][i]] == Health.DEGRADED for i in hosts
-            ) and spans[Level.LEAF] > 1
+        bad = Health.DEGRADED
+        leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
+        # Which links the set uses: IB uplinks once it leaves an NVLink domain,
+        # leaf uplinks once it leaves a leaf, spine uplinks once it leaves a spine.
+        degraded = (
+            any(fab._gpu_degraded[i] for i in hosts)
+            or (spans[Level.NVLINK] > 1 and any(fab._host_up[i] == bad for i in hosts))
+            or (spans[Level.LEAF] > 1 and any(fab._leaf_up[leaf[i]] == bad for i in hosts))
+            or (spans[Level.SPINE] > 1 and any(fab._spine_up[spine[i]] == bad for i in hosts))
         )
         return Placement(hosts=tuple(fab.hosts[i] for i in hosts), level=level,
                          spans={lv: spans[lv] for lv in SEARCH_LEVELS},
