@@ -9,7 +9,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,8 @@ from slurmpolicy.slurm.devcluster import DevCluster, _pid_alive
 from .slurmtools import TEST_USER, LiveCluster, wait_until
 
 pytestmark = pytest.mark.slurm
+
+Factory = Callable[..., LiveCluster]
 
 
 def test_up_gives_eight_idle_nodes_with_eight_gpus(devcluster: LiveCluster) -> None:
@@ -160,7 +162,7 @@ def test_requeue_puts_a_running_job_back_in_the_queue(devcluster: LiveCluster) -
 # ---------------------------------------------------------------- own clusters
 
 
-def test_down_leaves_no_process_behind(devcluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=2, racks=1)
     wd = cluster.workdir()
     job = cluster.submit(cluster.hold_script(), extra_args=["-t", "5"], workdir=wd)
@@ -180,7 +182,7 @@ def test_down_leaves_no_process_behind(devcluster_factory) -> None:  # type: ign
     assert cluster.down() == []
 
 
-def test_up_again_after_down_and_up_is_idempotent(devcluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -> None:
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=1, racks=2)
     first = cluster.status()
     assert cluster.up().slurmctld == first.slurmctld  # already up: nothing restarted
@@ -250,7 +252,7 @@ def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
     return root
 
 
-def test_slurm_prefix_is_used(devcluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_slurm_prefix_is_used(devcluster_factory: Factory, tmp_path: Path) -> None:
     prefix = _fake_prefix(tmp_path / "prefix")
     cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
                                               slurm_prefix=prefix)
