@@ -411,15 +411,6 @@ class DevCluster:
             if port is not None and not 1024 <= port <= 65535 - nodes:
                 raise DevClusterError(f"{name} must be in 1024..{65535 - nodes}, got {port}")
         self.state_dir = Path(state_dir).expanduser().absolute()
-        # slurmd puts unix sockets named <node>_<job>.<step> in its spool dir;
-        # sun_path holds 108 bytes.
-        last = f"{node_prefix}{nodes:0{max(2, len(str(nodes)))}d}"
-        longest = len(f"{self.state_dir}/spool/slurmd.{last}/{last}_67043328.4294967291")
-        if longest > 107:
-            raise DevClusterError(
-                f"state dir {self.state_dir} is too long ({len(str(self.state_dir))} characters): "
-                "slurmd's socket paths under it would exceed 107 bytes; choose a shorter one"
-            )
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.gpu_type = gpu_type
@@ -529,6 +520,15 @@ class DevCluster:
 
     def _check_state_dir(self) -> dict[str, object] | None:
         """Refuse a state directory that belongs to something else; return its marker."""
+        # slurmd puts unix sockets named <node>_<job>.<step> in its spool dir;
+        # sun_path holds 108 bytes.
+        last = self.node_names[-1]
+        longest = len(f"{self.state_dir}/spool/slurmd.{last}/{last}_67043328.4294967291")
+        if longest > 107:
+            raise DevClusterError(
+                f"state dir {self.state_dir} is too long ({len(str(self.state_dir))} characters): "
+                "slurmd's socket paths under it would exceed 107 bytes; choose a shorter one"
+            )
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise DevClusterError(f"state dir {self.state_dir} exists and is not a directory")
         marker = self._read_marker()

@@ -230,7 +230,7 @@ def test_missing_slurm_names_the_install_command(short_tmp: Path) -> None:
 
 def test_too_long_state_dir_is_refused() -> None:
     with pytest.raises(DevClusterError, match="too long"):
-        DevCluster("/tmp/" + "x" * 90)
+        DevCluster("/tmp/" + "x" * 90).up()
 
 
 def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
