@@ -945,19 +945,25 @@ class DevCluster:
             return None
         return pid
 
+    def _recorded_node_names(self, marker: Mapping[str, object] | None) -> list[str]:
+        """The nodes the state dir's cluster was started with (they may differ from ours)."""
+        names = marker.get("node_names") if marker else None
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return [str(n) for n in names]
+        return self.node_names
+
     def status(self) -> ClusterStatus:
         """Daemons (from pid files), controller reachability and node states."""
         marker = self._read_marker()
         if marker is None:
             return ClusterStatus(self.state_dir, self.cluster_name, False, None, (), False, {},
                                  self.munged)
-        self.load()
         ctld_pid = _read_pid(self.ctld_pid_file)
         ctld = DaemonStatus("slurmctld", ctld_pid, self._owned_pid(self.ctld_pid_file) is not None)
         slurmds = tuple(
             DaemonStatus(f"slurmd.{n}", _read_pid(self.slurmd_pid_file(n)),
                          self._owned_pid(self.slurmd_pid_file(n)) is not None)
-            for n in self.node_names
+            for n in self._recorded_node_names(marker)
         )
         responds = ctld.alive and self.controller_responds()
         states = self.node_states() if responds else {}
@@ -986,12 +992,12 @@ class DevCluster:
 
         Returns the pids it stopped. munged is never stopped: it is a shared service.
         """
-        if self._read_marker() is None and not self.run_dir.exists():
+        marker = self._read_marker()
+        if marker is None and not self.run_dir.exists():
             return []
-        self.load()
+        nodes = self._recorded_node_names(marker)
         targets: list[int] = []
-        for pid_file in [*(self.slurmd_pid_file(n) for n in self.node_names),
-                         self.ctld_pid_file]:
+        for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = self._owned_pid(pid_file)
             if pid is not None:
                 targets.append(pid)
@@ -1009,8 +1015,7 @@ class DevCluster:
                     os.kill(pid, signal.SIGKILL)
             self._wait_gone(victims, timeout)
             targets += victims
-        for pid_file in [*(self.slurmd_pid_file(n) for n in self.node_names),
-                         self.ctld_pid_file]:
+        for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = _read_pid(pid_file)
             if pid is None or not _pid_alive(pid):
                 pid_file.unlink(missing_ok=True)

@@ -190,6 +190,12 @@ def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -
     again = cluster.up()
     assert again.running and again.slurmctld != first.slurmctld
     assert set(again.node_states) == {"gpu01", "gpu02"}
+    # The same state dir takes another shape after a down.
+    cluster.down()
+    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    reshaped = bigger.up()
+    assert set(reshaped.node_states) == {"gpu01", "gpu02", "gpu03"}
+    assert len(cluster.status().slurmds) == 3  # status follows the state dir's record
 
 
 @pytest.fixture
