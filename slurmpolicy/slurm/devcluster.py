@@ -847,6 +847,15 @@ class DevCluster:
         with _global_lock():
             ctld_port, slurmd_ports = self._choose_ports(marker)
             self.write_config(ctld_port, slurmd_ports)
+            if self.munged != "running":
+                # Say so where status() and a person will find it: this munged
+                # now serves the whole machine and outlives the cluster.
+                pid = _read_pid(Path("/run/munge/munged.pid"))
+                (self.run_dir / "munged-started.json").write_text(json.dumps({
+                    "pid": pid, "started_at": time.time(),
+                    "note": "munged started by `devcluster up`; left running on down "
+                            "(a shared system service)",
+                }) + "\n")
             started: list[int] = []
             try:
                 started.append(self._start(
@@ -967,8 +976,17 @@ class DevCluster:
         )
         responds = ctld.alive and self.controller_responds()
         states = self.node_states() if responds else {}
-        munged = self.munged if self.munged != "unknown" else (
-            "running" if munge_works() else "not running")
+        munged = self.munged
+        if munged == "unknown":
+            munged = "running" if munge_works() else "not running"
+            note = self.run_dir / "munged-started.json"
+            if munged == "running" and note.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    info = json.loads(note.read_text())
+                    when = time.strftime("%Y-%m-%d %H:%M:%S",
+                                         time.localtime(float(info["started_at"])))
+                    munged = (f"running (started by devcluster up at {when}, pid {info['pid']}; "
+                              "left running: a shared system service)")
         return ClusterStatus(self.state_dir, self.cluster_name, True, ctld, slurmds, responds,
                              states, munged)
 

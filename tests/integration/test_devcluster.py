@@ -107,19 +107,22 @@ def test_gres_is_really_scheduled(devcluster: LiveCluster) -> None:
 
 
 def test_site_factor_changes_priority(devcluster: LiveCluster) -> None:
+    """The multifactor plugin adds the site factor and keeps computing the rest."""
     wd = devcluster.workdir()
-    job = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--hold", "-t", "5"], workdir=wd)
+    # Pending (BeginTime) but not held: a held job's priority is 0.
+    job = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--begin=now+1hour", "-t", "5"],
+                            workdir=wd)
     try:
         before = int(devcluster.wait_state(job, "PENDING")["Priority"])
+        assert before > 0
         devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=5000")
         after = int(devcluster.scontrol_show_job(job)["Priority"])
-        # Held jobs have priority 0 in some releases; compare on the released job too.
-        devcluster.slurm_cmd("scontrol", "release", str(job))
-        released = devcluster.scontrol_show_job(job)
-        assert int(released["Priority"]) - before >= 4000 or after - before >= 4000, (
-            before, after, released["Priority"])
+        assert 4990 <= after - before <= 5010, (before, after)
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=0")
+        back = int(devcluster.scontrol_show_job(job)["Priority"])
+        assert abs(back - before) <= 10, (before, back)
     finally:
-        devcluster.slurm_cmd("scontrol", "release", str(job), check=False)
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
     devcluster.wait_state(job, "COMPLETED", timeout=60)
 
 
