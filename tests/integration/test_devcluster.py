@@ -17,7 +17,7 @@ import pytest
 from slurmpolicy.errors import DevClusterError
 from slurmpolicy.slurm.devcluster import DevCluster, _pid_alive
 
-from .slurmtools import TEST_USER, LiveCluster, wait_until
+from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -162,7 +162,43 @@ def test_requeue_puts_a_running_job_back_in_the_queue(devcluster: LiveCluster) -
     devcluster.wait_state(job, "COMPLETED", timeout=60)
 
 
+def test_reservation_can_be_created_and_deleted(devcluster: LiveCluster) -> None:
+    name = "sp_test_maint"
+    devcluster.slurm_cmd("scontrol", "create", "reservation", f"ReservationName={name}",
+                         "StartTime=now+1day", "Duration=240", "Nodes=gpu07", "Flags=MAINT",
+                         "Users=root")
+    try:
+        shown = devcluster.slurm_cmd("scontrol", "show", "reservation", name, "-o").stdout
+        rec = parse_scontrol_line(shown.strip())
+        assert rec["ReservationName"] == name and rec["Nodes"] == "gpu07", rec
+        assert "MAINT" in rec["Flags"] and rec["Duration"] == "04:00:00", rec
+    finally:
+        devcluster.slurm_cmd("scontrol", "delete", f"ReservationName={name}")
+    gone = devcluster.slurm_cmd("scontrol", "show", "reservation", name, check=False)
+    assert "not found" in (gone.stdout + gone.stderr)
+
+
 # ---------------------------------------------------------------- own clusters
+
+
+def test_prod_job_preempts_a_research_job_by_requeue(devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=2, racks=1)
+    wd = cluster.workdir()
+    research = cluster.submit(cluster.hold_script(), workdir=wd,
+                              extra_args=["-p", "research", "--gres=gpu:2", "--requeue", "-t", "5"])
+    cluster.wait_state(research, "RUNNING")
+    prod = cluster.submit(cluster.hold_script(), workdir=wd,
+                          extra_args=["-p", "prod", "--gres=gpu:2", "-t", "5"])
+    try:
+        cluster.wait_state(prod, "RUNNING", timeout=60)
+        info = cluster.wait_state(research, {"PENDING", "REQUEUED", "PREEMPTED"}, timeout=30)
+        again = wait_until(lambda: cluster.scontrol_show_job(research).get("Restarts") == "1"
+                           or None, timeout=30, what="research job requeued")
+        assert again and info["JobState"] != "RUNNING"
+    finally:
+        cluster.release(prod, wd)
+        cluster.release(research, wd)
+    cluster.wait_state(prod, "COMPLETED", timeout=60)
 
 
 def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
