@@ -201,6 +201,45 @@ def test_prod_job_preempts_a_research_job_by_requeue(devcluster_factory: Factory
     cluster.wait_state(prod, "COMPLETED", timeout=60)
 
 
+REJECTING_LUA = """\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.name == "forbidden" then
+        slurm.log_user("devcluster test plugin: the name 'forbidden' is refused")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+return slurm.SUCCESS
+"""
+
+
+def test_job_submit_lua_is_installed_and_replaceable(devcluster_factory: Factory,
+                                                     tmp_path: Path) -> None:
+    lua = tmp_path / "job_submit.lua"
+    lua.write_text(REJECTING_LUA)
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
+                                              job_submit_lua=lua)
+    assert (cluster.conf_dir / "job_submit.lua").read_text() == REJECTING_LUA
+    with pytest.raises(AssertionError, match="the name 'forbidden' is refused"):
+        cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "forbidden"])
+    ok = cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "allowed"])
+    cluster.wait_state(ok, "COMPLETED")
+    cluster.install_job_submit_lua(None)  # back to the pass-through plugin
+    job = wait_until(lambda: _try_submit(cluster, "forbidden"), timeout=30,
+                     what="the pass-through plugin to accept the job")
+    cluster.wait_state(job, "COMPLETED")
+
+
+def _try_submit(cluster: LiveCluster, name: str) -> int | None:
+    try:
+        return cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", name])
+    except AssertionError:
+        return None
+
+
 def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=2, racks=1)
     wd = cluster.workdir()
