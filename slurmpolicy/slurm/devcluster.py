@@ -991,19 +991,23 @@ class DevCluster:
                              states, munged)
 
     # ---------------------------------------------------------------- down
-    def _stepd_pids(self) -> list[int]:
-        """slurmstepd processes of this cluster: they carry our tag in their environment."""
+    def _tagged_pids(self) -> list[int]:
+        """Processes our daemons spawned (slurmstepd, slurmscriptd, ...): they inherit
+        the tag ``_daemon_env`` puts in the daemons' environment. Job processes do
+        not (they get the submitter's environment); they are found under slurmstepd."""
         tag = str(self.state_dir)
         out = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == os.getpid():
                 continue
             pid = int(entry)
-            if "slurmstepd" not in _proc_cmdline(pid):
-                continue
-            if _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
+            if _pid_alive(pid) and _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
                 out.append(pid)
         return out
+
+    def _stepd_pids(self) -> list[int]:
+        """slurmstepd processes of this cluster."""
+        return [p for p in self._tagged_pids() if "slurmstepd" in _proc_cmdline(p)]
 
     def down(self, timeout: float = 30) -> list[int]:
         """Stop the daemons ``up`` started (by pid file) and the job steps they spawned.
@@ -1023,11 +1027,13 @@ class DevCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         self._wait_gone(targets, timeout)
-        # Job steps outlive slurmd; stop them and the job processes under them.
-        stepds = self._stepd_pids()
-        if stepds:
+        # Job steps outlive slurmd; stop them and the job processes under them,
+        # and whatever else our daemons left (slurmscriptd and its scripts).
+        leftovers = self._tagged_pids()
+        if leftovers:
             children = _children_map()
-            victims = [d for p in stepds for d in _descendants(p, children)] + stepds
+            victims = list(dict.fromkeys(
+                [d for p in leftovers for d in _descendants(p, children)] + leftovers))
             for pid in victims:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

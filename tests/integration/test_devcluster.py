@@ -256,6 +256,7 @@ def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     assert not any(_pid_alive(p) for p in stopped)
     assert cluster.status().stopped
     assert not cluster._stepd_pids()
+    assert not cluster._tagged_pids()  # nor slurmscriptd, nor anything else they spawned
     # down is idempotent
     assert cluster.down() == []
 
