@@ -185,3 +185,16 @@ def test_random_scripts_get_identical_verdicts(batch):
              for body, account, partition in batch]
     for (body, account, partition), outcome in zip(batch, run(plugin, cases), strict=True):
         assert outcome == expected(body, account, partition), body
+
+
+def test_render_refuses_names_the_plugin_cannot_compare():
+    from slurmpolicy import settings as settings_mod
+    from slurmpolicy.errors import ConfigError
+
+    odd = settings_mod.from_mapping({
+        "classes": {"r\u00e9search": {"weight": 1, "rank": 1}}, "default_class": "r\u00e9search"})
+    with pytest.raises(ConfigError, match=r"\$\.classes\.r\u00e9search"):
+        render(odd)
+    spaced = settings_mod.from_mapping({"preemption": {"no_checkpoint_partitions": ["a b"]}})
+    with pytest.raises(ConfigError, match="no_checkpoint_partitions"):
+        render(spaced)
