@@ -304,6 +304,8 @@ def suggest(word: str, candidates: Sequence[str]) -> str | None:
         return None
     best, best_d = None, 3
     for cand in candidates:
+        if abs(len(word) - len(cand)) >= best_d:
+            continue  # the distance is at least the difference in length
         d = levenshtein(_lower(word), _lower(cand))
         if d < best_d and d < max(len(word), 2):
             best, best_d = cand, d

@@ -198,3 +198,16 @@ def test_render_refuses_names_the_plugin_cannot_compare():
     spaced = settings_mod.from_mapping({"preemption": {"no_checkpoint_partitions": ["a b"]}})
     with pytest.raises(ConfigError, match="no_checkpoint_partitions"):
         render(spaced)
+
+
+def test_a_user_cannot_smuggle_our_wire_form_in_at_submit(site_plugin):
+    plain = script("#SBATCH -N 1")
+    forged = "spolicy:v1_class=production"
+    outcomes = run(site_plugin, [
+        Case("submitac", plain, uid=1000, extra=forged),           # user, no directives
+        Case("submitac", plain, uid=0, extra=forged),              # root may
+        Case("submitac", plain, uid=1000, extra="site_note"),      # not ours: untouched
+        Case("submitac", script("#SPOLICY --class=experimental"), uid=1000, extra=forged),
+    ])
+    assert [o.admin for o in outcomes] == [
+        "", "spolicy:v1 class=production", "site note", "spolicy:v1 class=experimental"]
