@@ -91,7 +91,8 @@ def test_lua_admin_comment_parses_back_to_the_python_policy(site_plugin):
     assert python.can_checkpoint and python.defer_window == "night" and python.topology_strict
 
 
-def test_modify_refuses_what_the_directives_refuse(site_plugin):
+@pytest.mark.parametrize("interpreter", INTERPRETERS)
+def test_modify_refuses_what_the_directives_refuse(site_plugin, interpreter):
     prod = "spolicy:v1 class=production ckpt=signal:USR1,grace=120"
     nockpt = "spolicy:v1 class=research ckpt=none"
     research = "spolicy:v1 class=research ckpt=signal:USR1,grace=60"
@@ -107,7 +108,7 @@ def test_modify_refuses_what_the_directives_refuse(site_plugin):
         Case("modify", nockpt.encode(), extra="requeue0"),               # nothing to requeue
         Case("modify", research.encode(), account="vision"),             # unrestricted class
     ]
-    rcs = [o.rc for o in run(site_plugin, cases)]
+    rcs = [o.rc for o in run(site_plugin, cases, interpreter)]
     denied = "2002"
     assert rcs == [denied, "0", "0", denied, "0", denied, "0", denied, "0", "0"]
 
@@ -176,14 +177,17 @@ def _scripts(draw: st.DrawFn) -> bytes:
     return ("#!/bin/bash\n" + "\n".join(lines) + "\n").encode("latin-1") + tail
 
 
+@pytest.mark.parametrize("interpreter", INTERPRETERS)
 @hsettings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(_scripts(), st.sampled_from([None, "prod", "vision"]),
-                          st.sampled_from([None, "batch", "gpu"])), min_size=150, max_size=150))
-def test_random_scripts_get_identical_verdicts(batch):
+@given(batch=st.lists(st.tuples(_scripts(), st.sampled_from([None, "prod", "vision"]),
+                                st.sampled_from([None, "batch", "gpu"])),
+                      min_size=150, max_size=150))
+def test_random_scripts_get_identical_verdicts(interpreter, batch):
     plugin = render(SITE)
     cases = [Case("submit", body, account=account, partition=partition)
              for body, account, partition in batch]
-    for (body, account, partition), outcome in zip(batch, run(plugin, cases), strict=True):
+    outcomes = run(plugin, cases, interpreter)
+    for (body, account, partition), outcome in zip(batch, outcomes, strict=True):
         assert outcome == expected(body, account, partition), body
 
 
