@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from directives_support.cases import CASES, SITE, script
-from directives_support.lua import LIBLUA51, LUA53, Case, Outcome, run
+from directives_support.lua import Case, Outcome, interpreters, run
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -19,7 +19,7 @@ from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.plugin import lua_literal, lua_string, render
 from slurmpolicy.settings import Settings
 
-INTERPRETERS = [LUA53, LIBLUA51]
+INTERPRETERS = interpreters()
 REPO = Path(__file__).resolve().parents[2]
 
 
