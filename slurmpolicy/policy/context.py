@@ -117,7 +117,12 @@ class Context:
         for p in self.open_preemptions:
             self.claimed_hosts.update(p.nodes)
             for v in p.victims:
-                if v.state not in (VictimState.REQUEUED, VictimState.ENDED):
+                job = self.by_id.get(v.job_id)
+                still_there = (job is not None and job.is_running
+                               and job.restart_count == v.restart_count)
+                # A requeued victim that Slurm still shows running (a snapshot
+                # taken before the requeue landed) is still taken.
+                if still_there or v.state not in (VictimState.REQUEUED, VictimState.ENDED):
                     self.victims_in_flight[v.job_id] = v.deadline
         self._domain_of: dict[Level, dict[str, str]] = {}
         self._free_maps: dict[tuple[Any, ...], dict[str, int]] = {}

@@ -280,9 +280,6 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
             actions.append(UpdateReservation(
                 reason=(f"move reservation (start {humanize(existing.start_time - ctx.now)} -> "
                         f"{humanize(result.start - ctx.now)}) for {text}"), **fields))  # type: ignore[arg-type]
-        elif ctx.snapshot.reservation(name) is None and existing.start_time > ctx.now:
-            actions.append(CreateReservation(reason=f"re-create missing reservation for {text}",
-                                             **fields))  # type: ignore[arg-type]
         for h in result.hosts:
             held_by.setdefault(h, set()).add(name)
     return actions
