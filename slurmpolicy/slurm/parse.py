@@ -371,13 +371,20 @@ def gpus_by_type(text: str) -> Mapping[str, int]:
     return MappingProxyType(out) if out else EMPTY_GRES
 
 
+@functools.lru_cache(maxsize=4096)
+def gpu_info(text: str) -> tuple[int, str | None]:
+    """(GPU count, the one GPU type or None) of a GRES/TRES string; cached."""
+    by_type = gpus_by_type(text)
+    types = [t for t in by_type if t]
+    return sum(by_type.values()), (types[0] if len(types) == 1 else None)
+
+
 def gpu_count(text: str) -> int:
-    return sum(gpus_by_type(text).values())
+    return gpu_info(text)[0]
 
 
 def gpu_type_of(text: str) -> str | None:
-    types = [t for t in gpus_by_type(text) if t]
-    return types[0] if len(types) == 1 else None
+    return gpu_info(text)[1]
 
 
 # --------------------------------------------------------------------------
@@ -477,11 +484,10 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
     except ValueError as exc:
         raise SlurmParseError(f"job {r.job_id}: field `job_state`: {exc}") from exc
     node_count = int_or(r.node_count, 1) or 1
-    per_node = gpu_count(r.tres_per_node)
-    gpu_type = gpu_type_of(r.tres_per_node)
-    per_job = gpu_count(r.tres_per_job)
+    per_node, gpu_type = gpu_info(r.tres_per_node)
+    per_job, job_type = gpu_info(r.tres_per_job) if r.tres_per_job else (0, None)
     if per_job and not gpu_type:
-        gpu_type = gpu_type_of(r.tres_per_job)
+        gpu_type = job_type
     try:
         hosts = tuple(expand(r.nodes)) if r.nodes else ()
     except HostlistError as exc:
@@ -491,9 +497,9 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
         # gres_detail lists one entry per allocated node, in hostlist order.
         counts: dict[str, int] = {}
         for host, detail in zip(hosts, r.gres_detail, strict=False):
-            counts[host] = gpu_count(detail)
+            counts[host], detail_type = gpu_info(detail)
             if not gpu_type:
-                gpu_type = gpu_type_of(detail)
+                gpu_type = detail_type
         on_node = MappingProxyType(counts)
     elif hosts and per_node:
         on_node = MappingProxyType(dict.fromkeys(hosts, per_node))
