@@ -63,6 +63,8 @@ def test_node_gpu_use_derived_when_pyslurm_reports_none():
 def test_dependency_text():
     assert _dependency_text({"afterok": [1, 2], "singleton": True}) == "afterok:1:2,singleton"
     assert _dependency_text({}) == ""
+    assert _dependency_text({"afterok": ["1"], "afterany": ["2"], "satisfy": "any"}) == \
+        "afterok:1?afterany:2"
 
 
 def test_unavailable_reason_names_the_cause():
