@@ -712,20 +712,6 @@ def _keys(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-PARTITION_KEYS = _keys(
-    "PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime "
-    "DisableRootJobs ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN "
-    "MaxCPUsPerNode Nodes PriorityJobFactor PriorityTier RootOnly ReqResv OverSubscribe "
-    "OverTimeLimit PreemptMode State TotalCPUs TotalNodes SelectTypeParameters JobDefaults "
-    "DefMemPerNode MaxMemPerNode TRES DenyAccounts DenyQos Alternate PowerDownOnIdle "
-    "SuspendTime SuspendTimeout ResumeTimeout MaxCPUsPerSocket DefMemPerCPU MaxMemPerCPU "
-    "TRESBillingWeights NodeSets CpuBind"
-)
-RESERVATION_KEYS = _keys(
-    "ReservationName StartTime EndTime Duration Nodes NodeCnt CoreCnt Features PartitionName "
-    "Flags TRES Users Groups Accounts Licenses State BurstBuffer Watts MaxStartDelay Comment "
-    "NodeName CoreIDs"
-)
 NODE_KEYS = _keys(
     "NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures "
     "ActiveFeatures Gres GresDrain GresUsed NodeAddr NodeHostName Port Version OS RealMemory "
@@ -774,7 +760,9 @@ def partitions_from_text(text: str) -> list[Partition]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        f = parse_oneliner(line, PARTITION_KEYS)
+        # Any capitalised Key= starts a field: partition values hold no
+        # spaces, and a key a newer Slurm adds must not run into Nodes=.
+        f = parse_oneliner(line)
         name = _require(f, "PartitionName", "scontrol show partitions -o")
         try:
             out.append(Partition(
@@ -798,7 +786,7 @@ def reservations_from_text(text: str) -> list[Reservation]:
     for line in text.splitlines():
         if not line.strip() or line.startswith("No reservations"):
             continue
-        f = parse_oneliner(line, RESERVATION_KEYS)
+        f = parse_oneliner(line)
         name = _require(f, "ReservationName", "scontrol show reservations -o")
         try:
             out.append(Reservation(
