@@ -704,9 +704,11 @@ def decode_reservations(raw: bytes) -> list[Reservation]:
 
 # A new field starts at a space followed by a key; Slurm's keys start with an
 # upper-case letter (AllocNode:Sid, CPUs/Task, MCS_label). Free-text values
-# (Reason, OS, Comment) may hold spaces and even "word=value", which is why
-# each kind of record names its keys and only those start a field.
+# (Reason, OS, Comment) may hold spaces and even "word=value": where such
+# fields occur (nodes, jobs) the caller names the record's keys and only those
+# start a field. Partitions and reservations, written by admins, need not.
 _KEY = re.compile(r"(?:^| )([A-Z][A-Za-z0-9_/:]*)=")
+
 
 def _keys(text: str) -> frozenset[str]:
     return frozenset(text.split())
