@@ -24,13 +24,16 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-PURE = sorted([*(ROOT / "slurmpolicy" / "policy").rglob("*.py"), *(ROOT / "topology").rglob("*.py")])
+PURE = sorted(
+    [*(ROOT / "slurmpolicy" / "policy").rglob("*.py"), *(ROOT / "topology").rglob("*.py")]
+)
 
 
 @pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_pure_core_imports_no_io_or_ui(path):
     bad = _imports(path) & FORBIDDEN
-    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}; policy/ and topology/ stay pure"
+    where = path.relative_to(ROOT)
+    assert not bad, f"{where} imports {sorted(bad)}; policy/ and topology/ stay pure"
 
 
 def test_only_the_slurm_package_runs_slurm_commands():
