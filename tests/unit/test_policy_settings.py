@@ -47,3 +47,16 @@ def test_durations_for_new_keys(tmp_path):
 def test_bad_duration_string_names_key(tmp_path):
     with pytest.raises(ConfigError, match=r"\$\.preemption\.beneficiary_start_timeout"):
         load(tmp_path, '[preemption]\nbeneficiary_start_timeout = "soon"\n')
+
+
+def test_settings_block_in_docs_loads_and_matches_defaults(tmp_path):
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "policy.md").read_text()
+    block = text.split("## Settings (with defaults)")[1].split("```toml\n")[1].split("```")[0]
+    s = load(tmp_path, block)
+    d = settings.Settings()
+    assert s.classes == d.classes and s.fairshare == d.fairshare and s.aging == d.aging
+    assert s.priority == d.priority and s.reservations == d.reservations
+    assert s.preemption == d.preemption
+    assert s.deferral.windows["night"].hours == (0, 1, 2, 3, 4, 5)
