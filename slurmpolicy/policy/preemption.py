@@ -45,6 +45,7 @@ from slurmpolicy.policy.actions import (
 from slurmpolicy.policy.classes import lowest_preemptible_rank
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
+from slurmpolicy.policy.reservations import forecast
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
 DAY = 86400.0
@@ -289,6 +290,17 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
                 f"no preemption for job {job.job_id}: it would need {len(victims)} victims, "
                 f"more than preemption.max_victims_per_job={s.max_victims_per_job}")))
             continue
+        # Preempting takes the victims' grace (or a cycle): not worth it when the
+        # job would start by then anyway on nodes that free up by themselves.
+        soon = ctx.now + max([ctx.settings.daemon.interval]
+                             + [_grace(ctx, v) for v in victims])
+        natural = forecast(ctx, job, set(state.claimed))
+        if not isinstance(natural, NoPlacement) and natural.start <= soon:
+            actions.append(Annotate(job_id=job.job_id, reason=(
+                f"no preemption for job {job.job_id}: it should start within "
+                f"{humanize(natural.start - ctx.now)} anyway, after "
+                f"{natural.basis_text(ctx.now)}")))
+            continue
         started += 1
         victims.sort(key=lambda v: v.job_id)
         lost = sum(lost_work(ctx, v) for v in victims)
@@ -316,6 +328,13 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
                     f"{len(hosts)} node(s); lost work {gpu_hours(lost)}"),
         ))
     return actions
+
+
+def _grace(ctx: Context, job: Job) -> float:
+    ck = ctx.policy(job).checkpoint
+    if ck is None or not ck.signal:
+        return 0.0
+    return ck.grace or ctx.settings.preemption.default_grace
 
 
 def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
@@ -363,7 +382,7 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         policy = ctx.policy(job)
         if v.state is VictimState.PLANNED:
             if policy.checkpoint is not None and policy.checkpoint.signal:
-                grace = policy.checkpoint.grace or s.default_grace
+                grace = _grace(ctx, job)
                 actions.append(SignalCheckpoint(
                     preemption_id=p.preemption_id, job_id=v.job_id,
                     restart_count=v.restart_count, signal=policy.checkpoint.signal,

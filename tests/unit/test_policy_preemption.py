@@ -345,3 +345,16 @@ def test_decided_requeue_is_asked_again_while_still_running(state):
                b.now + 200)
     (rq,) = [a for a in out.actions if isinstance(a, Requeue)]
     assert rq.after == state.value
+
+
+def test_no_preemption_when_the_job_starts_soon_anyway():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    # 102 ends in 20 s, well within the victims' 2-minute grace.
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1", grace=120))
+    b.run(102, "r", hosts=[2], ran=3600, time_limit=3620,
+          admin_comment=d("research", "USR1", grace=120))
+    b.pend(1, "p", admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    assert "no preemption for job 1: it should start within 1m anyway, after the end of " \
+           "job(s) 102 (time limit)" in notes(p)[0]
