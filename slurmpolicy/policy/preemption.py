@@ -355,7 +355,8 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     beneficiary = ctx.by_id.get(p.beneficiary)
     settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
                or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
-    requeued_any = any(v.state is VictimState.REQUEUED for v in p.victims)
+    # Once a victim has gone (requeued or ended), its nodes are the beneficiary's.
+    progressed = any(settled)
     if beneficiary is None or not (beneficiary.is_pending or beneficiary.is_running):
         return _abort(p, f"beneficiary {p.beneficiary} left the queue")
     if beneficiary.is_running:
@@ -367,7 +368,7 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         return _abort(p, f"beneficiary {p.beneficiary} started; the remaining victims keep running")
     if beneficiary.is_held:
         return _abort(p, f"beneficiary {p.beneficiary} is held")
-    if not requeued_any and ctx.fits_now(beneficiary):
+    if not progressed and ctx.fits_now(beneficiary):
         return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
     if all(settled):
         if ctx.now - p.started_at > s.beneficiary_start_timeout:

@@ -358,3 +358,17 @@ def test_no_preemption_when_the_job_starts_soon_anyway():
     assert not starts(p)
     assert "no preemption for job 1: it should start within 1m anyway, after the end of " \
            "job(s) 102 (time limit)" in notes(p)[0]
+
+
+def test_victim_ending_by_itself_keeps_the_preemption_until_the_beneficiary_starts():
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
+    b.pend(1, "p", nodes=2, admin_comment=PROD)
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    b.jobs = [j for j in b.jobs if j.job_id != 101]  # ended by itself
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, FinishPreemption)]
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
