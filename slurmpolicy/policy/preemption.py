@@ -337,6 +337,27 @@ def _grace(ctx: Context, job: Job) -> float:
     return ck.grace or ctx.settings.preemption.default_grace
 
 
+def preview(ctx: Context, job: Job) -> str:
+    """What a preemption for ``job`` would take now, in words ("" when none applies)."""
+    s = ctx.settings.preemption
+    low = lowest_preemptible_rank(ctx.settings)
+    rank = ctx.job_class(job).rank
+    if (not s.enabled or low is None or rank <= low or job_gpus(job) <= 0
+            or ctx.fits_now(job) or job.job_id in ctx.preemption_of_beneficiary):
+        return ""
+    allocated: dict[str, float] = dict(ctx.fairshare.allocated)
+    state = _Round(allocated=allocated, taken=set(ctx.victims_in_flight),
+                   claimed=set(ctx.claimed_hosts))
+    result = _choose(ctx, job, rank, state)
+    if isinstance(result, str):
+        return f"no preemption possible: {result}"
+    hosts, victims = result
+    lost = sum(lost_work(ctx, v) for v in victims)
+    return (f"a preemption could free {len(hosts)} node(s) from job(s) "
+            f"{', '.join(str(v.job_id) for v in sorted(victims, key=lambda v: v.job_id))} "
+            f"(lost work {gpu_hours(lost)})")
+
+
 def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
     job = ctx.by_id.get(job_id)
     return job is None or not job.is_running or job.restart_count != restart_count
