@@ -372,3 +372,15 @@ def test_victim_ending_by_itself_keeps_the_preemption_until_the_beneficiary_star
     p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
     assert not [a for a in p3.actions if isinstance(a, FinishPreemption)]
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
+
+
+def test_min_gpu_memory_restricts_victims():
+    b = ClusterBuilder(hosts=3, hosts_per_leaf=4)
+    b.gpu_types = {"gpu03": "h200"}  # 141 GB per GPU; h100 has 80
+    b.run(101, "r", hosts=[1], ran=9000, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], ran=9000, admin_comment=d("research", "USR1"))
+    b.run(103, "r", hosts=[3], ran=99000, time_limit=200000,
+          admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=d("production", "USR1", gpu_mem=100))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.nodes == ("gpu03",) and start.victims == (103,)
