@@ -112,6 +112,12 @@ def check_victims(b, s, intents, p):
             continue
         ben = by_id[start.beneficiary]
         ben_rank = RANK[parse_admin_comment(ben.admin_comment).job_class]
+        # The victims free what the beneficiary needs on the chosen nodes.
+        assert len(start.nodes) == ben.node_count
+        nodes = {n.name: n for n in snap.nodes}
+        for host in start.nodes:
+            freed = sum(by_id[v].gpus_on_node.get(host, 0) for v in start.victims)
+            assert nodes[host].gpus_free + freed >= ben.gpus_per_node, host
         for vid in start.victims:
             v = by_id[vid]
             pol = parse_admin_comment(v.admin_comment)
