@@ -141,6 +141,10 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             if victim.job_id in eligible or victim.job_id in state.taken:
                 continue
             why = why_not_victim(ctx, victim, rank)
+            if why is None and (state.allocated.get(victim.account, 0) - job_gpus(victim)
+                                < ctx.fairshare.guaranteed_gpus(victim.account) - 1e-9):
+                why = (f"its account {victim.account} would fall below its guaranteed share "
+                       f"({ctx.fairshare.guaranteed_gpus(victim.account):.0f} GPUs)")
             if why is None:
                 eligible[victim.job_id] = victim
             else:
@@ -155,7 +159,7 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     ]
     level = shape.level if shape.strict else Level.CLUSTER
     seen: set[int] = set()
-    last_reason = "the fabric has no compact node set even with preemption"
+    last_reason = "no node set can be freed for it"
     for tier in tiers:
         if not tier or len(tier) == len(seen):
             continue
@@ -170,7 +174,11 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             avail = {h: free[h] + sum(_gpus_on(v, h) for v in by_host.get(h, ()))
                      for h in hosts if h not in excluded}
             avail = {h: f for h, f in avail.items() if f > 0}
-            if ctx.most_hosts_in_one_domain(avail, gpn, level) < shape.nodes:
+            most = ctx.most_hosts_in_one_domain(avail, gpn, level)
+            if most < shape.nodes:
+                where = f" in one {level.name.lower()}" if level < Level.CLUSTER else ""
+                last_reason = (f"even preempting every allowed job frees at most {most} "
+                               f"host(s) with {gpn} GPUs{where}; it needs {shape.nodes}")
                 break
             # Hosts cheapest to free (least lost work; data hosts on ties) are
             # preferred by place() among equally compact sets.

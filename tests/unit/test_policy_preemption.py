@@ -384,3 +384,17 @@ def test_min_gpu_memory_restricts_victims():
     b.pend(1, "p", admin_comment=d("production", "USR1", gpu_mem=100))
     (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
     assert start.nodes == ("gpu03",) and start.victims == (103,)
+
+
+def test_not_enough_preemptible_hosts_is_explained():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1", preemptible=False))
+    b.run(103, "r", hosts=[3], admin_comment=d("research", "USR1"))
+    b.run(104, "r", hosts=[4], admin_comment=d("production", "USR1"))
+    b.pend(1, "p", nodes=2, admin_comment=d("production", "USR1", topology="leaf",
+                                              strict=True))
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    assert notes(p) == ["no preemption for job 1: even preempting every allowed job frees at "
+                        "most 1 host(s) with 8 GPUs in one leaf; it needs 2"]
