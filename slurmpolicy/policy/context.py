@@ -440,12 +440,5 @@ class Context:
                 for feature in node.features:
                     if feature.startswith("data_"):
                         index.setdefault(feature[5:], set()).add(node.name)
-            extra = getattr(self.fabric, "data_hosts", None)
-            if callable(extra):
-                try:
-                    for data_name, hosts in dict(extra()).items():
-                        index.setdefault(data_name, set()).update(hosts)
-                except TypeError:
-                    pass
             self._data_hosts = {k: frozenset(v) for k, v in index.items()}
         return self._data_hosts.get(name, frozenset())

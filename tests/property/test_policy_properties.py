@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.model import Reservation
 from slurmpolicy.policy import apply_to_intents, plan
 from slurmpolicy.policy.actions import (
     CreateReservation,
@@ -85,6 +86,17 @@ def clusters(draw):
                                                      "experimental"])), "USR1", topology=topo,
                                strict=draw(st.booleans()),
                                defer=draw(st.sampled_from([None, None, "night"]))))
+    if draw(st.booleans()):
+        # Odd corners: a down host, a foreign reservation, an unlimited or GPU-less job.
+        b.down = {b.host(draw(st.integers(1, hosts)))}
+        b.reservations = [Reservation(name="maint", nodes=(b.host(1),),
+                                      start_time=b.now + draw(st.sampled_from([-60, 600])),
+                                      end_time=b.now + 7200)]
+        job_id += 1
+        b.pend(job_id, "nlp", gpus_per_node=0, time_limit=None)
+        job_id += 1
+        b.pend(job_id, "vision", nodes=1, time_limit=None, waited=5000,
+               admin_comment=d("production", None))
     budget = {j.job_id: (b.now - 1000,) * draw(st.sampled_from([0, 0, 0, 1, 3]))
               for j in b.jobs if j.is_running}
     intents = Intents(preempted_at=budget,
@@ -112,6 +124,12 @@ def check_victims(b, s, intents, p):
             continue
         ben = by_id[start.beneficiary]
         ben_rank = RANK[parse_admin_comment(ben.admin_comment).job_class]
+        # The victims free what the beneficiary needs on the chosen nodes.
+        assert len(start.nodes) == ben.node_count
+        nodes = {n.name: n for n in snap.nodes}
+        for host in start.nodes:
+            freed = sum(by_id[v].gpus_on_node.get(host, 0) for v in start.victims)
+            assert nodes[host].gpus_free + freed >= ben.gpus_per_node, host
         for vid in start.victims:
             v = by_id[vid]
             pol = parse_admin_comment(v.admin_comment)
@@ -216,3 +234,25 @@ def test_property_generator_makes_preemptions_happen():
     assert [a for a in p.actions if isinstance(a, StartPreemption)]
     check_victims(b, s, Intents(), p)
     replace(Intents())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_every_job_can_be_explained(case):
+    import json
+
+    from slurmpolicy.policy import explain
+
+    b, s, intents = case
+    snap, fab = b.snapshot(), b.fabric()
+    first = plan(snap, fab, s, intents, b.now)
+    after = apply_to_intents(intents, first, b.now)
+    for job in snap.jobs:
+        e = explain(snap, fab, s, after, b.now, job.job_id)
+        assert e.headline and e.state == job.state.value
+        if job.is_pending:
+            assert e.blocking in {"held", "dependency", "quota", "deferred", "preemption",
+                                  "reservation", "topology", "fragmentation", "resources",
+                                  "priority", "none"}
+            assert e.position is not None
+        json.dumps(e.to_dict())
