@@ -20,7 +20,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from slurmpolicy.durations import format_duration, humanize
+from slurmpolicy.durations import humanize
 from slurmpolicy.hostlist import compress
 from slurmpolicy.model import Job
 from slurmpolicy.policy.explanation import Explanation
@@ -294,7 +294,8 @@ def preemptions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table
 def decisions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table:
     """The latest audit rows of the daemon, newest first."""
     latest = sorted(frame.decisions, key=lambda d: -d.at)[:max(0, height)]
-    title = "Latest decisions" if not frame.policy_note else f"Latest decisions ({frame.policy_note})"
+    title = ("Latest decisions" if not frame.policy_note
+             else f"Latest decisions ({frame.policy_note})")
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, expand=True, width=width,
                   title=title, title_justify="left", title_style="bold", header_style="bold")
     table.add_column("WHEN", width=6, no_wrap=True, justify="right")
@@ -355,7 +356,8 @@ def why_view(exp: Explanation, now: float, *, policy_note: str = "",
     row("partition", exp.partition)
     row("asks for", exp.request)
     if exp.position is not None:
-        text = f"{_ordinal(exp.position)} in {exp.partition or 'its partition'} by effective priority"
+        where = exp.partition or "its partition"
+        text = f"{_ordinal(exp.position)} in {where} by effective priority"
         if exp.effective_priority is not None:
             text += f" ({exp.effective_priority})"
         row("position", text)

@@ -47,7 +47,8 @@ def nodes(used: dict[str, int]) -> tuple[Node, ...]:
     return tuple(out)
 
 
-def _job(job_id: int, user: str, account: str, partition: str, state: JobState, **kw: object) -> Job:
+def _job(job_id: int, user: str, account: str, partition: str, state: JobState,
+         **kw: object) -> Job:
     return Job(job_id=job_id, name=f"job{job_id}", user=user, account=account,
                partition=partition, state=state, **kw)  # type: ignore[arg-type]
 
