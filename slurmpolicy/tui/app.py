@@ -65,8 +65,9 @@ class JobList(Widget, can_focus=True):
         self.first_row = 0
         #: The selected job id, kept across reads so that the cursor follows its job.
         self.selected_id: int | None = None
-        #: Rows drawn by the last render (tests read it).
+        #: Rows drawn by the last render, and renders so far (tests read them).
         self.rows_drawn = 0
+        self.renders = 0
 
     @property
     def inspector(self) -> TopApp:
@@ -128,6 +129,7 @@ class JobList(Widget, can_focus=True):
                                        sort=app.running_sort + (" desc" if app.running_reverse
                                                                 else ""))
         self.rows_drawn = table.row_count
+        self.renders += 1
         return table
 
 
@@ -215,6 +217,8 @@ class TopApp(App[None]):
         self.frame: Frame | None = None
         self.status = ""
         self.why_job: int | None = None
+        #: What the why pane shows (tests render it to text).
+        self.why_renderable: RenderableType | None = None
         self.filter_field: str | None = None
         self._clock = clock
         self._drawn_at = 0.0
@@ -348,6 +352,7 @@ class TopApp(App[None]):
 
     def _why_text(self, job_id: int, renderable: RenderableType) -> None:
         if self.why_job == job_id:
+            self.why_renderable = renderable
             self.query_one("#why-text", Static).update(renderable)
 
     # --- actions --------------------------------------------------------------------
