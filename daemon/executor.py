@@ -138,6 +138,8 @@ class Executor:
         self._clock = clock or journal.now
         self._budget = settings.daemon.max_slurm_calls_per_cycle
         self._report = CycleReport()
+        #: Polled between actions: SIGTERM lets the current step finish, then stops.
+        self.should_stop: Callable[[], bool] = lambda: False
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -315,7 +317,7 @@ class Executor:
         pending = list(actions)
         try:
             self._cleanup_orphans(snapshot)
-            while pending:
+            while pending and not self.should_stop():
                 action = pending[0]
                 self._one(action, snapshot, now)
                 pending.pop(0)

@@ -371,6 +371,13 @@ class Journal:
                 self.db.table("usage").upsert(
                     {"account": account, "gpu_seconds": value, "as_of": now}, pk="account")
 
+    def set_usage(self, usage: Mapping[str, float], at: float) -> None:
+        """Replace the usage table with ``usage`` as of ``at`` (one transaction)."""
+        with self.transaction():
+            self.db.execute("delete from usage")
+            self.db.table("usage").insert_all(
+                [{"account": k, "gpu_seconds": float(v), "as_of": at} for k, v in usage.items()])
+
     def usage(self) -> tuple[dict[str, float], float | None]:
         rows = list(self.db.query("select * from usage"))
         if not rows:
