@@ -57,6 +57,19 @@ def resolve_job(frame: Any, text: str) -> int:
                   "(finished and purged, never existed, or not yours to see)")
 
 
+def why_json(frame: Any, exp: Any) -> dict[str, Any]:
+    """``Explanation.to_dict()`` plus where it came from and whether policy details were read.
+
+    ``policy_details_unavailable`` is null when the daemon's journal was read,
+    else the reason it could not be.
+    """
+    data: dict[str, Any] = exp.to_dict()
+    data["policy_details_unavailable"] = frame.policy_note.partition(": ")[2] or None
+    data["snapshot_time"] = frame.snapshot.taken_at
+    data["source"] = frame.source
+    return data
+
+
 @click.command()
 @click.argument("job_id", metavar="JOBID")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
@@ -70,11 +83,7 @@ def why(ctx: click.Context, job_id: str, as_json: bool, from_dir: str | None,
     target = resolve_job(frame, job_id)
     exp = feed.explain(frame, target)
     if as_json:
-        data = exp.to_dict()
-        data["policy_details_unavailable"] = frame.policy_note.partition(": ")[2] or None
-        data["snapshot_time"] = frame.snapshot.taken_at
-        data["source"] = frame.source
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        click.echo(json.dumps(why_json(frame, exp), indent=2, sort_keys=True, default=str))
         return
     from rich.console import Console
 

@@ -216,7 +216,21 @@ class Feed:
         leaf_of, nvlink_of, degraded = domains_of(fab, snapshot, self.settings)
         return Frame(snapshot=snapshot, now=now, settings=self.settings, intents=intents,
                      decisions=decisions, leaf_of=leaf_of, nvlink_of=nvlink_of,
-                     degraded_links=degraded, policy_note=note, source=self.source())
+                     degraded_links=degraded, policy_note=note, source=self.source(),
+                     effective=self.effective_priorities(snapshot, fab, intents, now))
+
+    def effective_priorities(self, snapshot: Snapshot, fab: Any, intents: Intents,
+                             now: float) -> dict[int, int]:
+        """Effective priorities from the same ``plan()`` the daemon runs (nothing is
+        carried out); empty, so that Slurm's own priorities show, when it cannot run."""
+        if fab is None:
+            return {}
+        try:
+            from slurmpolicy.policy import plan
+
+            return dict(plan(snapshot, fab, self.settings, intents, now).effective_priority)
+        except Exception:  # the view must survive a planner bug; why shows the error
+            return {}
 
     def explain(self, frame: Frame, job_id: int) -> Explanation:
         """The job's explanation by ``policy.explain()``; Slurm's view alone when

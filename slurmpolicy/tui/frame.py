@@ -85,6 +85,9 @@ class Frame:
     policy_note: str = ""
     #: Where the data came from, for the header ("slurm via jsoncli", "dir ...").
     source: str = ""
+    #: Effective priority per job as ``policy.plan()`` computes it (the site
+    #: factor it wants plus Slurm's other factors); jobs absent use Slurm's priority.
+    effective: Mapping[int, int] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # --- per-frame indexes, built once ----------------------------------------
@@ -94,11 +97,15 @@ class Frame:
             hit = self._cache[key] = build()
         return hit
 
+    def priority_of(self, job: Job) -> int:
+        """The job's effective priority: the planner's when known, else Slurm's."""
+        return self.effective.get(job.job_id, job.priority)
+
     def pending(self) -> list[Job]:
         """Pending jobs by effective priority: highest first, then oldest, then lowest id."""
         result: list[Job] = self._cached("pending", lambda: sorted(
             self.snapshot.pending(),
-            key=lambda j: (-j.priority, j.submit_time or 0.0, j.job_id)))
+            key=lambda j: (-self.priority_of(j), j.submit_time or 0.0, j.job_id)))
         return result
 
     def running(self) -> list[Job]:
@@ -218,7 +225,7 @@ def order_queue(frame: Frame, filters: Filters, sort: str = "priority",
         elif sort == "gpus":
             jobs.sort(key=lambda j: (-(j.gpus or j.gpus_per_node * j.node_count), j.job_id))
         elif sort == "user":
-            jobs.sort(key=lambda j: (j.user, -j.priority, j.job_id))
+            jobs.sort(key=lambda j: (j.user, -frame.priority_of(j), j.job_id))
         elif sort == "job":
             jobs.sort(key=lambda j: j.job_id)
         if reverse:

@@ -126,7 +126,7 @@ QUEUE_COLUMNS: tuple[Column, ...] = (
     Column("GPUxN", 6, lambda f, j: gpus_by_nodes(j), justify="right"),
     Column("WAIT", 6, lambda f, j: humanize(f.wait(j)) if f.wait(j) is not None else "-",
            justify="right"),
-    Column("PRIO", 7, lambda f, j: str(j.priority), justify="right"),
+    Column("PRIO", 7, lambda f, j: str(f.priority_of(j)), justify="right"),
     Column("POS", 7, _position, justify="right", drop=3),
     Column("START", 9, lambda f, j: relative(f.estimated_start(j), f.now), drop=1),
     Column("REASON", 10, _reason, flex=True),
