@@ -234,16 +234,14 @@ class Feed:
 
     def explain(self, frame: Frame, job_id: int) -> Explanation:
         """The job's explanation by ``policy.explain()``; Slurm's view alone when
-        the policy engine or the fabric is not available."""
+        the fabric cannot be built (explain needs it)."""
         job = frame.snapshot.job(job_id)
         if job is None:
             raise JobGone(f"job {job_id} is not in the queue Slurm shows you "
                           "(finished and purged, never existed, or not yours to see)")
         fab = self.fabric(frame.snapshot)
-        try:
-            from slurmpolicy.policy import explain  # type: ignore[attr-defined]
-        except ImportError as exc:
-            return slurm_view(frame, job, note=f"policy engine unavailable: {exc}")
+        from slurmpolicy.policy import explain
+
         if fab is None:
             return slurm_view(frame, job, note=self.fabric_note)
         result: Explanation = explain(frame.snapshot, fab, self.settings, frame.intents,
