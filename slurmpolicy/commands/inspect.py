@@ -39,13 +39,18 @@ def _source_options(fn: Any) -> Any:
     return fn
 
 
-def resolve_job(frame: Any, text: str) -> int:
-    """The job id of ``text`` (``123``, ``123_4`` array task, ``123+1`` het part)."""
+def check_job_id(text: str) -> str:
     value = text.strip()
     if not _JOB_ID.match(value):
         raise click.BadParameter(
             f"{text!r} is not a job id; allowed: 123, 123_4 (array task), 123+1 (het part)",
             param_hint="JOBID")
+    return value
+
+
+def resolve_job(frame: Any, text: str) -> int:
+    """The job id of ``text`` (``123``, ``123_4`` array task, ``123+1`` het part)."""
+    value = check_job_id(text)
     if "_" not in value and "+" not in value:
         job = frame.snapshot.job(int(value))
         if job is not None:
@@ -78,6 +83,7 @@ def why_json(frame: Any, exp: Any) -> dict[str, Any]:
 def why(ctx: click.Context, job_id: str, as_json: bool, from_dir: str | None,
         journal: str | None) -> None:
     """Why JOBID waits (or what is happening to it while it runs), in plain words."""
+    check_job_id(job_id)
     feed = _feed(ctx, from_dir, journal)
     frame = feed.read()
     target = resolve_job(frame, job_id)
