@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpolicy.durations import format_duration
-from slurmpolicy.errors import JobGone, SlurmPolicyError, SlurmUnavailable
+from slurmpolicy.errors import JobGone, SlurmPolicyError
 from slurmpolicy.hostlist import compress
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
@@ -101,27 +101,11 @@ def slurm_conf_path(from_dir: Path | None) -> Path | None:
 
 
 def read_saved_snapshot(directory: Path) -> Snapshot:
-    """A Snapshot from saved Slurm outputs (see /work/shared/fixtures), via the
-    jsoncli adapter's reader."""
-    if not directory.is_dir():
-        raise SlurmUnavailable(f"{directory}: not a directory of saved Slurm outputs")
-    try:
-        from slurmpolicy.slurm import jsoncli
-    except ImportError as exc:
-        raise SlurmUnavailable(
-            f"--from-dir needs the jsoncli adapter, which this build lacks ({exc})") from exc
-    for name in ("snapshot_from_dir", "read_dir", "from_dir", "load_dir"):
-        reader = getattr(jsoncli, name, None)
-        if callable(reader):
-            result: Snapshot = reader(directory)
-            return result
-    client_cls: Any = getattr(jsoncli, "JsonCliClient", None)
-    for name in ("from_dir", "from_directory", "replay"):
-        factory = getattr(client_cls, name, None)
-        if callable(factory):
-            snap: Snapshot = factory(directory).snapshot()
-            return snap
-    raise SlurmUnavailable("the jsoncli adapter in this build cannot read saved outputs")
+    """A Snapshot from saved Slurm outputs (named like the recorded fixtures),
+    by the jsoncli adapter's reader."""
+    from slurmpolicy.slurm.parse import load_dir
+
+    return load_dir(directory)
 
 
 class Feed:
@@ -153,7 +137,10 @@ class Feed:
         if self.client is None:
             from slurmpolicy.slurm.client import connect
 
-            self.client = connect(self.settings.slurm.adapter)
+            options: dict[str, object] = {"timeout": self.settings.slurm.command_timeout}
+            if self.settings.slurm.bin_dir:
+                options["bin_dir"] = self.settings.slurm.bin_dir
+            self.client = connect(self.settings.slurm.adapter, **options)
         snap: Snapshot = self.client.snapshot()
         return snap
 
@@ -210,7 +197,8 @@ class Feed:
     # --- a whole frame ------------------------------------------------------------
     def read(self) -> Frame:
         snapshot = self.snapshot()
-        now = self.clock()
+        # Saved outputs are shown as of the moment they were taken.
+        now = snapshot.taken_at if self.from_dir is not None else self.clock()
         intents, decisions, note = self.journal(snapshot, now)
         fab = self.fabric(snapshot)
         leaf_of, nvlink_of, degraded = domains_of(fab, snapshot, self.settings)

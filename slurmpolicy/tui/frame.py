@@ -110,7 +110,7 @@ class Frame:
 
     def running(self) -> list[Job]:
         result: list[Job] = self._cached(
-            "running", lambda: sorted(self.snapshot.running(), key=lambda j: j.job_id))
+            "running", lambda: sorted(self.snapshot.running(), key=display_order))
         return result
 
     def positions(self) -> dict[int, tuple[int, int]]:
@@ -203,6 +203,15 @@ class Frame:
         return total, used, down
 
 
+def display_order(job: Job) -> tuple[int, int, int]:
+    """Jobs by the id a user types: array tasks (123_0, 123_1 ...) together, in task order."""
+    if job.array_job_id is not None and job.array_task_id is not None:
+        return (job.array_job_id, job.array_task_id, job.job_id)
+    if job.het_job_id is not None and job.het_job_offset is not None:
+        return (job.het_job_id, job.het_job_offset, job.job_id)
+    return (job.job_id, -1, job.job_id)
+
+
 def _short(seconds: float) -> str:
     from slurmpolicy.durations import humanize
 
@@ -227,7 +236,7 @@ def order_queue(frame: Frame, filters: Filters, sort: str = "priority",
         elif sort == "user":
             jobs.sort(key=lambda j: (j.user, -frame.priority_of(j), j.job_id))
         elif sort == "job":
-            jobs.sort(key=lambda j: j.job_id)
+            jobs.sort(key=display_order)
         if reverse:
             jobs.reverse()
         return jobs

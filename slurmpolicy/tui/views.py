@@ -30,6 +30,12 @@ from slurmpolicy.tui.frame import Filters, Frame, LeafSummary, fabric_summary
 CURSOR = ">"
 
 
+def plain(value: str | Text) -> Text:
+    """Text taken literally: job names, users, reasons and filters are data, and a
+    ``[user=alice]`` must not be read as rich markup."""
+    return value if isinstance(value, Text) else Text(value)
+
+
 def clock(epoch: float | None) -> str:
     """Absolute time in UTC, minutes precision: ``2026-12-09 13:53 UTC``."""
     if epoch is None:
@@ -84,9 +90,10 @@ def _fit(columns: Sequence[Column], width: int) -> list[Column]:
     return chosen
 
 
-def _table(columns: Sequence[Column], width: int, title: str | None) -> Table:
+def _table(columns: Sequence[Column], width: int, title: str | Text | None) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, expand=True,
-                  show_edge=False, title=title, title_justify="left",
+                  show_edge=False, title=plain(title) if title is not None else None,
+                  title_justify="left",
                   title_style="bold", header_style="bold", width=width)
     table.add_column("", width=1, no_wrap=True)
     for col in columns:
@@ -145,7 +152,7 @@ def queue_view(frame: Frame, jobs: Sequence[Job], *, offset: int = 0, height: in
     table = _table(columns, width, title)
     for i, job in enumerate(visible, start=offset):
         mark = CURSOR if i == selected else ""
-        table.add_row(mark, *(c.cell(frame, job) for c in columns),
+        table.add_row(mark, *(plain(c.cell(frame, job)) for c in columns),
                       style="reverse" if i == selected else None)
     return table
 
@@ -195,7 +202,8 @@ def running_view(frame: Frame, jobs: Sequence[Job], *, offset: int = 0, height: 
     columns = _fit(RUNNING_COLUMNS, width)
     table = _table(columns, width, title)
     for i, job in enumerate(visible, start=offset):
-        table.add_row(CURSOR if i == selected else "", *(c.cell(frame, job) for c in columns),
+        table.add_row(CURSOR if i == selected else "",
+                      *(plain(c.cell(frame, job)) for c in columns),
                       style="reverse" if i == selected else None)
     return table
 
@@ -240,7 +248,7 @@ def fabric_view(frame: Frame, *, width: int = 80, height: int = 12, offset: int 
     table.add_column("MAP #full +part .idle xdrain", ratio=1, min_width=4,
                      no_wrap=True, overflow="ellipsis")
     for leaf in visible:
-        table.add_row(leaf.leaf, compress(n.name for n in leaf.nodes),
+        table.add_row(plain(leaf.leaf), plain(compress(n.name for n in leaf.nodes)),
                       f"{leaf.used}/{leaf.gpus}", str(leaf.free),
                       Text(str(len(leaf.drained)), style="red" if leaf.drained else ""),
                       _strip(leaf, map_room))
@@ -286,16 +294,15 @@ def preemptions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table
                                style="bold red" if left < 60 else "yellow")
         table.add_row(str(intent.beneficiary), intent.state.value,
                       humanize(frame.now - intent.started_at),
-                      compress(intent.nodes) if intent.nodes else "-",
+                      plain(compress(intent.nodes) if intent.nodes else "-"),
                       victims if intent.victims else Text("-"))
     return table
 
 
-def decisions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table:
-    """The latest audit rows of the daemon, newest first."""
+def decisions_view(frame: Frame, *, width: int = 80, height: int = 6) -> RenderableType:
+    """The latest audit rows of the daemon, newest first; or why there are none."""
     latest = sorted(frame.decisions, key=lambda d: -d.at)[:max(0, height)]
-    title = ("Latest decisions" if not frame.policy_note
-             else f"Latest decisions ({frame.policy_note})")
+    title = "Latest decisions"
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, expand=True, width=width,
                   title=title, title_justify="left", title_style="bold", header_style="bold")
     table.add_column("WHEN", width=6, no_wrap=True, justify="right")
@@ -304,8 +311,10 @@ def decisions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table:
     table.add_column("REASON", ratio=1, no_wrap=True, overflow="ellipsis")
     for d in latest:
         kind = d.kind if not d.outcome or d.outcome == "ok" else f"{d.kind}:{d.outcome}"
-        table.add_row(humanize(frame.now - d.at), kind,
-                      str(d.job_id) if d.job_id is not None else "-", d.reason)
+        table.add_row(humanize(frame.now - d.at), plain(kind),
+                      str(d.job_id) if d.job_id is not None else "-", plain(d.reason))
+    if frame.policy_note:
+        return Group(table, Text(frame.policy_note, style="yellow"))
     return table
 
 
@@ -350,7 +359,7 @@ def why_view(exp: Explanation, now: float, *, policy_note: str = "",
 
     def row(label: str, value: str | Text) -> None:
         if value:
-            grid.add_row(label, value)
+            grid.add_row(label, plain(value))
 
     row("class", exp.job_class)
     row("partition", exp.partition)
@@ -368,7 +377,8 @@ def why_view(exp: Explanation, now: float, *, policy_note: str = "",
         by = ", ".join(f"{n} {cls}" for cls, n in
                        sorted(exp.ahead_by_class.items(), key=lambda kv: (-kv[1], kv[0])))
         row("ahead", f"{total} job{'s' if total != 1 else ''}: {by}")
-    if exp.slurm_reason:
+    # "None" is Slurm's normal reason for a running job: nothing to say.
+    if exp.slurm_reason and not (exp.slurm_reason == "None" and exp.state == "RUNNING"):
         text = exp.slurm_reason
         if exp.slurm_reason_text:
             text += f" - {exp.slurm_reason_text}"
@@ -409,7 +419,7 @@ def why_view(exp: Explanation, now: float, *, policy_note: str = "",
         for alt in exp.alternatives:
             when = (relative(alt.estimated_start, now) if alt.estimated_start is not None
                     else "unknown")
-            alts.add_row(alt.change, when, alt.detail)
+            alts.add_row(plain(alt.change), when, plain(alt.detail))
         parts.append(alts)
     if exp.notes:
         notes = Text()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,12 @@ def test_filters_and_sorts() -> None:
     assert [j.job_id for j in order_running(frame, Filters(partition="prod"))] == [12]
     with pytest.raises(ValueError, match="allowed: priority, wait"):
         order_queue(frame, Filters(), "colour")
+
+
+def test_data_is_never_read_as_markup() -> None:
+    frame = small_frame()
+    jobs = tuple(replace(j, reason="[red]Boom[/red]", user="[b]eve")
+                 if j.job_id == 9 else j for j in frame.snapshot.jobs)
+    frame = replace(frame, snapshot=replace(frame.snapshot, jobs=jobs), _cache={})
+    text = render(views.queue_view(frame, order_queue(frame, Filters()), width=120), 120)
+    assert "[red]Boom[/red]" in text and "[b]eve" in text
