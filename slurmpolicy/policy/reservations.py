@@ -134,7 +134,9 @@ def forecast(ctx: Context, job: Job, blocked: set[str] | None = None,
     elif not cut or not feasible(cut[-1]):
         placement = ctx.fabric.place(shape, state_after(len(events)))
         if isinstance(placement, NoPlacement):
-            return placement
+            return NoPlacement(f"even after every running job ends: {placement.reason}",
+                               free_gpus=placement.free_gpus,
+                               best_hosts_in_one_domain=placement.best_hosts_in_one_domain)
         return NoPlacement("no placement even after every running job ends with a known end",
                            free_gpus=sum(state_after(len(events)).values()))
     else:
