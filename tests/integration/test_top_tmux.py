@@ -152,6 +152,8 @@ def test_top_in_tmux_shows_the_waiting_job_and_its_reason(
         pane.keys("Enter")
         why = pane.wait(lambda s: f"Job {waiting} (PENDING)" in s, "the why of the waiting job")
         assert reason in why
+        # slurmpolicy's own reading (policy.explain on the real fabric), not only Slurm's.
+        assert "blocked by" in why and "asks for   2 nodes x 8 GPU" in why
         assert "policy details unavailable" in why
         pane.keys("Escape")
         pane.wait(lambda s: row_of(s, waiting) is not None, "the queue again")
