@@ -283,6 +283,9 @@ class TopApp(App[None]):
         except SlurmPolicyError as exc:
             self.call_from_thread(self.set_status, f"read failed: {exc}")
             return
+        except Exception as exc:  # keep showing the last good read; say what broke
+            self.call_from_thread(self.set_status, f"read failed: {exc!r}")
+            return
         self.call_from_thread(self.apply_frame, frame)
 
     def set_status(self, text: str) -> None:

@@ -17,6 +17,7 @@ from inspector_scenario import big_frame, small_frame
 from rich.console import Console
 from textual.pilot import Pilot
 
+from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.explanation import Explanation
 from slurmpolicy.tui.app import JobList, TopApp
@@ -171,3 +172,28 @@ def test_why_shares_a_tall_screen_with_the_list() -> None:
         assert "Job 9 (PENDING)" in text_of(app.why_renderable)
 
     drive(app, (120, 50), script)
+
+
+class FailingFeed(FixedFeed):
+    """Fails its second read the way an unreachable slurmctld does."""
+
+    def read(self) -> Frame:
+        if self.reads >= 1:
+            self.reads += 1
+            raise SlurmUnavailable("slurmctld does not answer (timeout after 30s)")
+        return super().read()
+
+
+def test_a_failed_read_keeps_the_last_screen_and_says_why() -> None:
+    app = TopApp(FailingFeed(small_frame()), interval=60)
+
+    async def script(pilot: Pilot[None], app: TopApp) -> None:
+        frame = app.frame
+        app.poll()
+        await wait_for(pilot, lambda: "read failed" in app.status)
+        assert "slurmctld does not answer" in app.status
+        assert app.frame is frame
+        assert app.query_one("#status").display
+        assert app.query_one("#queue", JobList).rows_drawn == 3
+
+    drive(app, (80, 24), script)
