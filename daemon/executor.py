@@ -279,22 +279,25 @@ class Executor:
                 self._victim_requeued(pid, job_id, rc, job, now)
                 continue
             if state is VictimState.SIGNALLED:
+                # Note the ack or the missed deadline once (audit, metrics); the
+                # state moves to acknowledged/deadline when the requeue is made,
+                # so that the planner words its reason from what it sees.
                 signalled_at = float(victim["signalled_at"] or now)
-                if _acknowledged(job, signalled_at):
-                    self.journal.update_victim(pid, job_id, rc, state=VictimState.ACKNOWLEDGED,
-                                               acked_at=_ack_time(job))
+                if victim["acked_at"] is None and _acknowledged(job, signalled_at):
+                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job))
                     self._report.acks += 1
                     self._audit(None, "CheckpointAck",
                                 f"victim {job_id} acknowledged its checkpoint "
-                                f"{now - signalled_at:.0f}s after the signal",
-                                "observed", job_id=job_id, jobs=(job_id,))
-                elif victim["deadline"] is not None and now >= float(victim["deadline"]):
-                    self.journal.update_victim(pid, job_id, rc, state=VictimState.DEADLINE)
+                                f"{max(0.0, (_ack_time(job) or now) - signalled_at):.0f}s after"
+                                " the signal", "observed", job_id=job_id, jobs=(job_id,))
+                elif victim["acked_at"] is None and victim["deadline"] is not None and \
+                        now >= float(victim["deadline"]) and not victim["deadline_noted"]:
+                    self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
                     self.journal.add_missed_ack(job_id)
                     self._report.deadline_misses += 1
                     self._audit(None, "CheckpointDeadline",
                                 f"victim {job_id} did not acknowledge its checkpoint by its"
-                                " deadline; it will be requeued anyway",
+                                " deadline; it is requeued anyway",
                                 "observed", job_id=job_id, jobs=(job_id,))
 
     def _advance_preemptions(self, snapshot: Snapshot) -> None:

@@ -153,7 +153,8 @@ class Journal:
             db.table("victims").create(
                 {"preemption_id": str, "job_id": int, "restart_count": int, "state": str,
                  "signal": str, "gpus": int, "signalled_at": float, "deadline": float,
-                 "acked_at": float, "requeued_at": float, "updated_at": float},
+                 "acked_at": float, "requeued_at": float, "deadline_noted": int,
+                 "updated_at": float},
                 pk=("preemption_id", "job_id", "restart_count"), if_not_exists=True,
             )
             db.table("reservations").create(
@@ -274,7 +275,8 @@ class Journal:
                     "preemption_id": preemption_id, "job_id": job_id,
                     "restart_count": restart_count, "state": VictimState.PLANNED.value,
                     "signal": None, "gpus": gpus, "signalled_at": None, "deadline": None,
-                    "acked_at": None, "requeued_at": None, "updated_at": now,
+                    "acked_at": None, "requeued_at": None, "deadline_noted": 0,
+                    "updated_at": now,
                 }, ignore=True)
 
     def preemption(self, preemption_id: str) -> dict[str, Any] | None:
