@@ -166,6 +166,9 @@ def find_slurm(prefix: Path | str | None = None) -> SlurmInstall:
 def port_is_free(port: int) -> bool:
     """True when nothing listens on ``port`` (slurmctld and slurmd bind all addresses)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Like Slurm's own listeners: a port in TIME_WAIT after a down is reusable,
+        # one with a listener is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", port))
         except OSError:
@@ -408,6 +411,15 @@ class DevCluster:
             if port is not None and not 1024 <= port <= 65535 - nodes:
                 raise DevClusterError(f"{name} must be in 1024..{65535 - nodes}, got {port}")
         self.state_dir = Path(state_dir).expanduser().absolute()
+        # slurmd puts unix sockets named <node>_<job>.<step> in its spool dir;
+        # sun_path holds 108 bytes.
+        last = f"{node_prefix}{nodes:0{max(2, len(str(nodes)))}d}"
+        longest = len(f"{self.state_dir}/spool/slurmd.{last}/{last}_67043328.4294967291")
+        if longest > 107:
+            raise DevClusterError(
+                f"state dir {self.state_dir} is too long ({len(str(self.state_dir))} characters): "
+                "slurmd's socket paths under it would exceed 107 bytes; choose a shorter one"
+            )
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.gpu_type = gpu_type
@@ -749,6 +761,16 @@ class DevCluster:
         self.marker.write_text(json.dumps(marker, indent=2) + "\n")
         os.chmod(self.marker, 0o644)
         self.ctld_port = ctld_port
+
+    def install_job_submit_lua(self, path: Path | str | None) -> None:
+        """Replace the running cluster's job_submit.lua (None: the pass-through one) and
+        make slurmctld load it (``scontrol reconfigure``)."""
+        text = PASS_THROUGH_LUA if path is None else Path(path).read_text()
+        target = self.conf_dir / "job_submit.lua"
+        target.write_text(text)
+        os.chmod(target, 0o644)
+        self.job_submit_lua = Path(path) if path is not None else None
+        self.run_tool("scontrol", "reconfigure")
 
     # ---------------------------------------------------------------- env
     def env(self) -> dict[str, str]:
