@@ -38,7 +38,7 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.jobpolicy import last_checkpoint
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
@@ -76,6 +76,8 @@ RESERVATION_FLAGS = ("IGNORE_JOBS", "MAGNETIC")
 #: Reservations of a preemption last the beneficiary's time limit plus this,
 #: or a day when it has none; they are deleted once the work is done.
 _DEFAULT_RESERVATION = 86400.0
+#: A preemption whose reservation Slurm refused this often is aborted.
+_RESERVE_TRIES = 3
 _RESERVATION_MARGIN = 3600.0
 
 
@@ -208,7 +210,8 @@ class Executor:
                 params = step["params"]
                 self.journal.update_victim(
                     pid, job_id, rc, state=VictimState.SIGNALLED,
-                    signal=params.get("signal"), signalled_at=step["started_at"],
+                    signal=params.get("signal"),
+                    signalled_at=float(math.floor(step["started_at"])),
                     deadline=params.get("deadline"))
                 self.journal.finish_step(step["id"], UNKNOWN, note + "; counted as sent")
                 self._audit(None, "Reconcile", note + "; counted as sent, not repeated",
@@ -276,22 +279,25 @@ class Executor:
                 self._victim_requeued(pid, job_id, rc, job, now)
                 continue
             if state is VictimState.SIGNALLED:
+                # Note the ack or the missed deadline once (audit, metrics); the
+                # state moves to acknowledged/deadline when the requeue is made,
+                # so that the planner words its reason from what it sees.
                 signalled_at = float(victim["signalled_at"] or now)
-                if _acknowledged(job, signalled_at):
-                    self.journal.update_victim(pid, job_id, rc, state=VictimState.ACKNOWLEDGED,
-                                               acked_at=_ack_time(job))
+                if victim["acked_at"] is None and _acknowledged(job, signalled_at):
+                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job))
                     self._report.acks += 1
                     self._audit(None, "CheckpointAck",
                                 f"victim {job_id} acknowledged its checkpoint "
-                                f"{now - signalled_at:.0f}s after the signal",
-                                "observed", job_id=job_id, jobs=(job_id,))
-                elif victim["deadline"] is not None and now >= float(victim["deadline"]):
-                    self.journal.update_victim(pid, job_id, rc, state=VictimState.DEADLINE)
+                                f"{max(0.0, (_ack_time(job) or now) - signalled_at):.0f}s after"
+                                " the signal", "observed", job_id=job_id, jobs=(job_id,))
+                elif victim["acked_at"] is None and victim["deadline"] is not None and \
+                        now >= float(victim["deadline"]) and not victim["deadline_noted"]:
+                    self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
                     self.journal.add_missed_ack(job_id)
                     self._report.deadline_misses += 1
                     self._audit(None, "CheckpointDeadline",
                                 f"victim {job_id} did not acknowledge its checkpoint by its"
-                                " deadline; it will be requeued anyway",
+                                " deadline; it is requeued anyway",
                                 "observed", job_id=job_id, jobs=(job_id,))
 
     def _advance_preemptions(self, snapshot: Snapshot) -> None:
@@ -365,6 +371,8 @@ class Executor:
             f"begin:{a.job_id}:{a.begin_time}", "begintime",
             lambda: client.set_begin_time(a.job_id, a.begin_time), job_id=a.job_id,
             params={"begin_time": a.begin_time}, reached=(JobGone, JobAlreadyFinished))
+        if status in (OK, REACHED):
+            self.journal.set_begin_time(a.job_id, a.begin_time)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"begin_time": a.begin_time})
 
@@ -417,7 +425,7 @@ class Executor:
                             snapshot: Snapshot) -> tuple[str, str]:
         assert self.client is not None
         client = self.client
-        if snapshot.reservation(name) is None:
+        if snapshot.reservation(name) is None or self.journal.reservation_state(name) == "deleted":
             self.journal.set_reservation_state(name, "deleted")
             return REACHED, "no such reservation"
         status, msg = self._call(f"resvdel:{name}", "reservation-delete",
@@ -460,10 +468,14 @@ class Executor:
         elif not self._ours(a.reservation):
             problem = f"reservation name {a.reservation!r} lacks our prefix"
         victims = []
-        for job_id in a.victims:
+        counts = a.restart_counts or (None,) * len(a.victims)
+        for job_id, planned_rc in zip(a.victims, counts, strict=True):
             job = snapshot.job(job_id)
             if job is None or not job.is_running:
                 problem = problem or f"victim {job_id} is not running"
+                continue
+            if planned_rc is not None and planned_rc != job.restart_count:
+                problem = problem or f"victim {job_id} restarted since the plan"
                 continue
             victims.append((job_id, job.restart_count, job.gpus))
         if problem:
@@ -473,13 +485,13 @@ class Executor:
         assert beneficiary is not None
         self.journal.open_preemption(a.preemption_id, a.beneficiary, a.nodes, a.reservation,
                                      victims, a.reason, a.expected_lost_gpu_seconds)
-        limit = beneficiary.time_limit
+        limit = a.duration or beneficiary.time_limit
         duration = (limit + _RESERVATION_MARGIN) if limit and math.isfinite(limit) else (
             _DEFAULT_RESERVATION)
         spec = ReservationSpec(
             name=a.reservation, nodes=tuple(a.nodes), start_time=now,
-            duration_minutes=max(1, math.ceil(duration / 60)), users=(beneficiary.user,),
-            flags=RESERVATION_FLAGS)
+            duration_minutes=max(1, math.ceil(duration / 60)),
+            users=(a.user or beneficiary.user,), flags=RESERVATION_FLAGS)
         self._reserve(a.preemption_id, spec, a.beneficiary)
         self._audit(a, a.kind, a.reason,
                     "ok" if self.journal.preemption(a.preemption_id)["state"]  # type: ignore[index]
@@ -513,6 +525,12 @@ class Executor:
         if self.journal.has_step(key) or victim["state"] != VictimState.PLANNED.value:
             self._audit(a, a.kind, a.reason, "reached: already signalled", job_id=a.job_id)
             return
+        if not self._reserved(a.preemption_id):
+            # Never make a victim give up its nodes before they are reserved
+            # for the beneficiary; carry_on() retries the reservation.
+            self._audit(a, a.kind, a.reason, "deferred: reservation not in place yet",
+                        job_id=a.job_id)
+            return
         job = snapshot.job(a.job_id)
         if job is None or not job.is_running or job.restart_count != a.restart_count:
             self._audit(a, a.kind, a.reason, "skipped: victim no longer running as planned",
@@ -524,9 +542,12 @@ class Executor:
             params={"signal": a.signal, "deadline": a.deadline},
             reached=(JobGone, JobAlreadyFinished))
         if status == OK:
+            # Whole seconds: jobs acknowledge in whole seconds, and an ack in
+            # the same second as the signal must count (the planner compares too).
             self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
                                        state=VictimState.SIGNALLED, signal=a.signal,
-                                       signalled_at=now, deadline=a.deadline)
+                                       signalled_at=float(math.floor(now)),
+                                       deadline=a.deadline)
             self._report.signalled.append(a.job_id)
         elif status == REACHED:
             self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
@@ -545,12 +566,23 @@ class Executor:
                         job_id=a.job_id)
             return
         state = VictimState(victim["state"])
+        job = snapshot.job(a.job_id)
+        if a.after == "no-checkpoint" and state is VictimState.PLANNED and job is not None:
+            if parse_admin_comment(job.admin_comment).can_checkpoint:
+                self._audit(a, a.kind, a.reason,
+                            "refused: the victim can checkpoint; signal it first",
+                            job_id=a.job_id)
+                return
+            if not self._reserved(a.preemption_id):
+                self._audit(a, a.kind, a.reason, "deferred: reservation not in place yet",
+                            job_id=a.job_id)
+                return
+            state = VictimState.DEADLINE  # nothing to wait for
         if state in (VictimState.REQUEUED, VictimState.ENDED) or \
                 self.journal.has_step(key, (OK, REACHED, STARTED)):
             self._audit(a, a.kind, a.reason, "reached: already requeued or ended",
                         job_id=a.job_id)
             return
-        job = snapshot.job(a.job_id)
         if state is VictimState.SIGNALLED and job is not None:
             # The plan may have seen the ack or the deadline before our bookkeeping.
             if _acknowledged(job, float(victim["signalled_at"] or now)):
@@ -575,6 +607,10 @@ class Executor:
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"after": state.value, "restart_count": a.restart_count})
+
+    def _reserved(self, pid: str) -> bool:
+        p = self.journal.preemption(pid)
+        return p is not None and p["state"] != PreemptionState.PLANNED.value
 
     def _do_FinishPreemption(self, a: FinishPreemption, snapshot: Snapshot, now: float) -> None:
         p = self.journal.preemption(a.preemption_id)
@@ -611,6 +647,16 @@ class Executor:
                 beneficiary = snapshot.job(int(p["beneficiary"]))
                 if beneficiary is None or not beneficiary.is_pending:
                     continue  # the planner closes it
+                failures = self.journal.steps(key=f"reserve:{p['preemption_id']}",
+                                              status=FAILED)
+                if len(failures) >= _RESERVE_TRIES:
+                    why = (f"Slurm refused the reservation {_RESERVE_TRIES} times: "
+                           f"{failures[-1]['error']}")
+                    self.journal.set_preemption_state(p["preemption_id"],
+                                                      PreemptionState.ABORTED, reason=why)
+                    self._audit(None, "FinishPreemption", why, "aborted",
+                                job_id=int(p["beneficiary"]))
+                    continue
                 spec = ReservationSpec(
                     name=p["reservation"], nodes=tuple(_json_list(p["nodes"])), start_time=now,
                     duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),

@@ -28,14 +28,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
-
-from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
 from slurmpolicy.model import Snapshot
+from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.settings import Settings
 from slurmpolicy.slurm.client import SlurmClient
 from slurmpolicy.store import Journal
@@ -85,7 +85,7 @@ def default_fabric_loader(snapshot: Snapshot, settings: Settings) -> Any:
 def default_planner() -> Planner:
     from slurmpolicy.policy import plan
 
-    return plan  # type: ignore[no-any-return]
+    return plan
 
 
 class Daemon:
@@ -329,24 +329,7 @@ class Daemon:
         assert self.journal is not None
         usage, usage_at = self.journal.usage()
         half_life = self.settings.fairshare.half_life
-        try:
-            from slurmpolicy.policy.fairshare import (
-                advance_usage,
-            )
-        except ImportError:
-            advance_usage = None
-        if advance_usage is not None:
-            fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
-        else:
-            fresh = _advance_usage(usage, usage_at, snapshot, now, half_life)
+        # The policy's own arithmetic, so that planner and journal agree.
+        fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
         self.journal.set_usage(fresh, now)
-
-
-def _advance_usage(usage: dict[str, float], usage_at: float | None, snapshot: Snapshot,
-                   now: float, half_life: float) -> dict[str, float]:
-    factor = 0.5 ** ((now - usage_at) / half_life) if usage_at and half_life > 0 else 1.0
-    out = {k: v * factor for k, v in usage.items()}
-    for job in snapshot.running():
-        begin = max(job.start_time or now, usage_at or 0.0)
-        out[job.account] = out.get(job.account, 0.0) + job.gpus * max(0.0, now - begin)
-    return out
+        self.journal.forget_jobs(j.job_id for j in snapshot.jobs)

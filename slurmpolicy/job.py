@@ -162,3 +162,33 @@ def install(save: Callable[[], Any], signal: str | int | None = None, *,
         signal_mod.signal(signum, previous)
 
     return uninstall
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m slurmpolicy.job ack [--job N] [--restart-count R]``.
+
+    The same acknowledgement as ``slurmpolicy ckpt ack``, for compute nodes
+    where only the standard library is installed.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m slurmpolicy.job",
+                                     description="Acknowledge a checkpoint to slurmpolicy.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ack = sub.add_parser("ack", help="write ckpt:<now> into this job's comment")
+    ack.add_argument("--job", type=int, default=None, help="job id (default $SLURM_JOB_ID)")
+    ack.add_argument("--restart-count", type=int, default=None,
+                     help="restart count to record (default $SLURM_RESTART_COUNT)")
+    args = parser.parse_args(argv)
+    rc = restart_count_from_env() if args.restart_count is None else args.restart_count
+    try:
+        stamp = acknowledge(args.job, restart_count=rc)
+    except HandshakeError as exc:
+        print(f"slurmpolicy: error: checkpoint not acknowledged: {exc}", file=sys.stderr)
+        return 3
+    print(f"{ACK_PREFIX}{stamp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

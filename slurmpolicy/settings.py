@@ -170,6 +170,16 @@ class Metrics(_Section):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9810
 
 
+class Plugin(_Section):
+    """What the job_submit Lua plugin is rendered with (``slurmpolicy plugin render``)."""
+
+    #: Uids that may change a job's admin_comment, or move a job past a
+    #: directive restriction, through ``scontrol update`` (root, the daemon's user).
+    admin_uids: tuple[Annotated[int, msgspec.Meta(ge=0)], ...] = (0,)
+    #: Set ``requeue=1`` on jobs that can checkpoint (preemption requeues them).
+    set_requeue: bool = True
+
+
 def _default_classes() -> dict[str, PriorityClass]:
     return {
         "production": PriorityClass(weight=100_000, rank=3, preemptible=False,
@@ -195,6 +205,7 @@ class Settings(_Section):
     slurm: Slurm = msgspec.field(default_factory=Slurm)
     daemon: Daemon = msgspec.field(default_factory=Daemon)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
+    plugin: Plugin = msgspec.field(default_factory=Plugin)
 
     def __post_init__(self) -> None:
         if self.default_class not in self.classes:

@@ -153,7 +153,8 @@ class Journal:
             db.table("victims").create(
                 {"preemption_id": str, "job_id": int, "restart_count": int, "state": str,
                  "signal": str, "gpus": int, "signalled_at": float, "deadline": float,
-                 "acked_at": float, "requeued_at": float, "updated_at": float},
+                 "acked_at": float, "requeued_at": float, "deadline_noted": int,
+                 "updated_at": float},
                 pk=("preemption_id", "job_id", "restart_count"), if_not_exists=True,
             )
             db.table("reservations").create(
@@ -163,6 +164,10 @@ class Journal:
             )
             db.table("site_factors").create(
                 {"job_id": int, "site_factor": int, "set_at": float}, pk="job_id",
+                if_not_exists=True,
+            )
+            db.table("begin_times").create(
+                {"job_id": int, "begin_time": float, "set_at": float}, pk="job_id",
                 if_not_exists=True,
             )
             db.table("usage").create({"account": str, "gpu_seconds": float, "as_of": float},
@@ -270,7 +275,8 @@ class Journal:
                     "preemption_id": preemption_id, "job_id": job_id,
                     "restart_count": restart_count, "state": VictimState.PLANNED.value,
                     "signal": None, "gpus": gpus, "signalled_at": None, "deadline": None,
-                    "acked_at": None, "requeued_at": None, "updated_at": now,
+                    "acked_at": None, "requeued_at": None, "deadline_noted": 0,
+                    "updated_at": now,
                 }, ignore=True)
 
     def preemption(self, preemption_id: str) -> dict[str, Any] | None:
@@ -333,6 +339,14 @@ class Journal:
         if list(self.db.query("select 1 from reservations where name = ?", [name])):
             self.db.table("reservations").update(name, {"state": state, "updated_at": self.now()})
 
+    def reservation_state(self, name: str) -> str | None:
+        rows = list(self.db.query("select state from reservations where name = ?", [name]))
+        return str(rows[0]["state"]) if rows else None
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        self.db.table("begin_times").upsert(
+            {"job_id": job_id, "begin_time": begin, "set_at": self.now()}, pk="job_id")
+
     def reservations(self, state: str | None = "active") -> list[dict[str, Any]]:
         sql = "select * from reservations"
         args: list[Any] = []
@@ -351,10 +365,11 @@ class Journal:
     def forget_jobs(self, keep: Iterable[int]) -> None:
         """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
         alive = set(keep)
-        gone = [r["job_id"] for r in self.db.query("select job_id from site_factors")
-                if r["job_id"] not in alive]
-        for job_id in gone:
-            self.db.table("site_factors").delete(job_id)
+        for table in ("site_factors", "begin_times"):
+            gone = [r["job_id"] for r in self.db.query(f"select job_id from {table}")
+                    if r["job_id"] not in alive]
+            for job_id in gone:
+                self.db.table(table).delete(job_id)
 
     def add_usage(self, used: Mapping[str, float], now: float, half_life: float) -> None:
         """Decay every account's usage to ``now`` and add ``used`` GPU-seconds."""
@@ -442,10 +457,12 @@ class Journal:
                   for r in self.db.query("select * from missed_acks")}
         factors = {int(r["job_id"]): int(r["site_factor"])
                    for r in self.db.query("select job_id, site_factor from site_factors")}
+        begins = {int(r["job_id"]): r["begin_time"]
+                  for r in self.db.query("select job_id, begin_time from begin_times")}
         return Intents(
             preemptions=tuple(preemptions), reservations=reservations, usage=usage,
             usage_at=usage_at, preempted_at={k: tuple(v) for k, v in times.items()},
-            missed_acks=missed, site_factors=factors,
+            missed_acks=missed, site_factors=factors, begin_times=begins,
         )
 
     # ------------------------------------------------------------------ audit

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from slurmpolicy.daemon.executor import Executor
+
 from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmUnavailable
 from slurmpolicy.model import Job, JobState, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
@@ -221,7 +221,7 @@ def test_call_cap_defers_and_orders_safety_first(journal: Journal) -> None:
 
 
 def test_crash_after_signal_is_not_signalled_again(journal: Journal) -> None:
-    ex, rec = make(journal)
+    ex, _ = make(journal)
     s0 = snap(job(1), job(3, JobState.PENDING))
     run(ex, s0, start())
     # Simulate a daemon that wrote the signal step, then died before its outcome.
@@ -236,7 +236,7 @@ def test_crash_after_signal_is_not_signalled_again(journal: Journal) -> None:
 
 
 def test_crash_after_requeue_is_not_requeued_again(journal: Journal) -> None:
-    ex, rec = make(journal)
+    ex, _ = make(journal)
     s0 = snap(job(1, comment="ckpt:1001"), job(3, JobState.PENDING))
     run(ex, s0, start())
     run(ex, s0, signal())
