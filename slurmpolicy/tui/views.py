@@ -219,19 +219,40 @@ def _node_mark(node_gpus: int, used: int, schedulable: bool) -> tuple[str, str]:
     return "+", "cyan"
 
 
-def _strip(leaf: LeafSummary, room: int) -> Text:
+def _strip(frame: Frame, leaf: LeafSummary, room: int) -> Text:
+    """One character per node; a space between NVLink domains (racks) of several nodes."""
     text = Text()
-    for node in leaf.nodes[:room]:
+    sizes: dict[str, int] = {}
+    for node in leaf.nodes:
+        rack = frame.nvlink_of.get(node.name, "")
+        sizes[rack] = sizes.get(rack, 0) + 1
+    previous: str | None = None
+    for node in leaf.nodes:
+        if len(text) >= room:
+            text.append("…")
+            break
+        rack = frame.nvlink_of.get(node.name, "")
+        if previous is not None and rack != previous and (sizes[rack] > 1 or
+                                                          sizes.get(previous, 0) > 1):
+            text.append(" ")
+        previous = rack
         mark, style = _node_mark(node.gpus, node.gpus_alloc, node.schedulable)
         text.append(mark, style=style)
-    if len(leaf.nodes) > room:
-        text.append("…")
     return text
 
 
+def _racks(frame: Frame, leaf: LeafSummary) -> str:
+    racks = sorted({frame.nvlink_of[n.name] for n in leaf.nodes if n.name in frame.nvlink_of})
+    if not racks or len(racks) == len(leaf.nodes):
+        # One NVLink domain per host (or unknown): nothing more to say than the nodes.
+        return f"{len(racks)}" if racks else "-"
+    return ",".join(racks) if len(racks) <= 2 else f"{len(racks)}"
+
+
 def fabric_view(frame: Frame, *, width: int = 80, height: int = 12, offset: int = 0) -> Group:
-    """Leaves with their nodes, GPUs used/free, a one-character-per-node map, and
-    below: drained nodes with Slurm's reason and degraded links."""
+    """Leaves with their nodes, GPUs used/free, NVLink domains (racks), a
+    one-character-per-node map (racks split by a space), and below: drained
+    nodes with Slurm's reason and degraded links."""
     leaves = fabric_summary(frame)
     visible = leaves[offset:offset + max(1, height)]
     total, used, down = frame.gpu_totals()
@@ -244,15 +265,18 @@ def fabric_view(frame: Frame, *, width: int = 80, height: int = 12, offset: int 
     table.add_column("USED", width=9, justify="right", no_wrap=True)
     table.add_column("FREE", width=5, justify="right", no_wrap=True)
     table.add_column("DRAIN", width=5, justify="right", no_wrap=True)
-    map_room = max(4, width - (8 + 16 + 9 + 5 + 5 + 5) - 1)
-    table.add_column("MAP #full +part .idle xdrain", ratio=1, min_width=4,
+    table.add_column("RACKS", width=10, no_wrap=True, overflow="ellipsis")
+    map_room = max(4, width - (8 + 16 + 9 + 5 + 5 + 10 + 6) - 1)
+    table.add_column("MAP", ratio=1, min_width=4,
                      no_wrap=True, overflow="ellipsis")
     for leaf in visible:
         table.add_row(plain(leaf.leaf), plain(compress(n.name for n in leaf.nodes)),
                       f"{leaf.used}/{leaf.gpus}", str(leaf.free),
                       Text(str(len(leaf.drained)), style="red" if leaf.drained else ""),
-                      _strip(leaf, map_room))
-    parts: list[RenderableType] = [table]
+                      plain(_racks(frame, leaf)), _strip(frame, leaf, map_room))
+    legend = Text("map: # full  + partly used  . idle  x drained/down; racks apart",
+                  style="dim", no_wrap=True, overflow="ellipsis")
+    parts: list[RenderableType] = [table, legend]
     drained = [n for leaf in leaves for n in leaf.drained]
     if drained:
         lines = Text("drained/down: ", style="bold red")

@@ -116,9 +116,11 @@ def small_decisions() -> tuple[Decision, ...]:
 def small_frame(**kw: object) -> Frame:
     snap = small_snapshot()
     leaf_of = {n.name: ("leaf1" if n.name <= "dgx04" else "leaf2") for n in snap.nodes}
+    # Two NVLink racks of two nodes per leaf.
+    nvlink_of = {n.name: f"nvl{(int(n.name[3:]) + 1) // 2}" for n in snap.nodes}
     fields: dict[str, object] = dict(
         snapshot=snap, now=NOW, intents=small_intents(), decisions=small_decisions(),
-        leaf_of=leaf_of, degraded_links=("dgx08 - leaf2: ib link flapping",),
+        leaf_of=leaf_of, nvlink_of=nvlink_of, degraded_links=("dgx08 - leaf2: ib link flapping",),
         source="test")
     fields.update(kw)
     return Frame(**fields)  # type: ignore[arg-type]

@@ -135,3 +135,21 @@ def test_resolve_job_ids():
         resolve_job(frame, "nine")
     with pytest.raises(JobGone):
         resolve_job(frame, "4242")
+
+
+def test_fabric_domains_and_degraded_links_from_a_real_fabric():
+    from slurmpolicy.topology.spec import LinkSpec
+    from slurmpolicy.topology.types import Health
+    from slurmpolicy.tui.feed import domains_of
+
+    snap = small_snapshot()
+    feed = Feed()
+    fab = feed.fabric(snap)
+    assert fab is not None, feed.fabric_note
+    leaf_of, nvlink_of, degraded = domains_of(fab, snap, feed.settings)
+    assert leaf_of["dgx01"] == "leaf1" and leaf_of["dgx08"] == "leaf2"
+    assert nvlink_of["dgx05"] == nvlink_of["dgx06"] != nvlink_of["dgx01"]
+    assert degraded == ()
+    worse = fab.with_links([LinkSpec(a="dgx08", b=leaf_of["dgx08"], health=Health.DEGRADED)])
+    _, _, degraded = domains_of(worse, snap, feed.settings)
+    assert len(degraded) == 1 and "dgx08" in degraded[0] and "degraded" in degraded[0]

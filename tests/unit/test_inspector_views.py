@@ -92,7 +92,7 @@ def test_running_shows_checkpoint_age_and_victim_deadline() -> None:
 def test_fabric_marks_drained_node_and_degraded_link() -> None:
     text = render(views.fabric_view(small_frame(), width=80), 80)
     leaf2 = next(ln for ln in text.splitlines() if ln.startswith("leaf2"))
-    assert "16/32" in leaf2 and "##.x" in leaf2
+    assert "16/32" in leaf2 and "## .x" in leaf2 and "nvl3,nvl4" in leaf2
     assert "dgx08 (ib link flapping)" in text
     assert "degraded links: dgx08 - leaf2" in text
 
