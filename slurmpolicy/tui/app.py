@@ -377,6 +377,13 @@ class TopApp(App[None]):
             jl.move(direction * max(1, jl.visible_height() - 1))
 
     def action_edge(self, end: int) -> None:
+        if self.why_job is not None and self.size.height < TALL:
+            why = self.query_one("#why", VerticalScroll)
+            if end:
+                why.scroll_end(animate=False)
+            else:
+                why.scroll_home(animate=False)
+            return
         jl = self.current_list()
         if jl is not None:
             jl.move(10**9 if end else -10**9)

@@ -31,7 +31,7 @@ class Pane:
     """One tmux session on a private server socket, running one command."""
 
     def __init__(self, name: str, command: list[str], env: dict[str, str],
-                 width: int = 100, height: int = 30) -> None:
+                 width: int = 80, height: int = 24) -> None:
         if TMUX is None:
             raise AssertionError("tmux is not installed; it is needed for this test")
         self.socket = f"spolicy-top-{os.getpid()}-{name}"
@@ -154,7 +154,9 @@ def test_top_in_tmux_shows_the_waiting_job_and_its_reason(
         assert reason in why
         # slurmpolicy's own reading (policy.explain on the real fabric), not only Slurm's.
         assert "blocked by" in why and "asks for   2 nodes x 8 GPU" in why
-        assert "policy details unavailable" in why
+        # At 80x24 the end of the explanation is below the fold: G scrolls to it.
+        pane.keys("G")
+        pane.wait(lambda s: "policy details unavailable" in s, "the end of the why pane")
         pane.keys("Escape")
         pane.wait(lambda s: row_of(s, waiting) is not None, "the queue again")
 
