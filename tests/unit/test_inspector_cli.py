@@ -78,3 +78,15 @@ def test_top_once_prints_every_view(tmp_path: Path) -> None:
 def test_top_interval_must_be_positive() -> None:
     code, out, _ = run("top", "--interval", "0")
     assert code == 2 and "--interval" in out
+
+
+def test_inspector_imports_stay_lazy() -> None:
+    """Loading the commands (e.g. for `slurmpolicy --help`) pulls in neither rich nor textual."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slurmpolicy.cli, slurmpolicy.commands.inspect, slurmpolicy.tui;"
+            "print(sorted(m for m in ('rich', 'textual', 'networkx') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
