@@ -206,7 +206,13 @@ class Fabric:
         self.graph = g
 
     def _resolve(self, name: str) -> Any:
-        """A graph node from a name a person writes: host, switch, NVLink domain, host:gpuN."""
+        """A graph node from a name a person writes: host, switch, NVLink domain,
+        host:gpuN; ``switch:NAME``, ``nvlink:NAME`` and ``host:NAME`` when a name is
+        ambiguous (an HGX host's NVLink domain carries the host's name)."""
+        kind, sep, rest = name.partition(":")
+        if sep and kind in ("switch", "nvlink", "host"):
+            node = (kind, rest)
+            return node if node in self.graph else None
         if name in self._index:
             return ("host", name)
         if ("switch", name) in self.graph:
@@ -270,7 +276,8 @@ class Fabric:
                 continue
             nv = ("nvlink", self._dom_names[Level.NVLINK][self._dom[Level.NVLINK][i]])
             for k in range(self._gpus[i]):
-                health = g.edges[("gpu", h, k), nv]["health"]
+                gid = ("gpu", h, k)
+                health = max(g.edges[gid, nv]["health"], g.edges[gid, ("host", h)]["health"])
                 if health == Health.DOWN:
                     self._usable[i] -= 1
                 elif health == Health.DEGRADED:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from directives_support.cases import CASES, SITE, script
+from directives_support.lua import LIBLUA51, LUA53, Case, Outcome, run
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -16,9 +18,6 @@ from slurmpolicy.directives import Context, check_script, parse_directive_durati
 from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.plugin import lua_literal, lua_string, render
 from slurmpolicy.settings import Settings
-
-from directives_support.cases import CASES, SITE, script
-from directives_support.lua import LIBLUA51, LUA53, Case, Outcome, run
 
 INTERPRETERS = [LUA53, LIBLUA51]
 REPO = Path(__file__).resolve().parents[2]
