@@ -197,3 +197,21 @@ def test_a_failed_read_keeps_the_last_screen_and_says_why() -> None:
         assert app.query_one("#queue", JobList).rows_drawn == 3
 
     drive(app, (80, 24), script)
+
+
+def test_escape_cancels_a_filter_prompt() -> None:
+    app = TopApp(FixedFeed(small_frame()), interval=60)
+
+    async def script(pilot: Pilot[None], app: TopApp) -> None:
+        box = app.query_one("#filter")
+        await pilot.press("a")
+        assert box.display and app.filter_field == "account"
+        await pilot.press(*"nlp", "escape")
+        await pilot.pause()
+        assert not box.display and app.filters.account == ""
+        assert app.query_one("#queue", JobList).has_focus
+        await pilot.press("a", *"nlp", "enter")
+        await pilot.pause()
+        assert [j.job_id for j in app.query_one("#queue", JobList).jobs()] == [9]
+
+    drive(app, (80, 24), script)
