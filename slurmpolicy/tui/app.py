@@ -105,6 +105,10 @@ class JobList(Widget, can_focus=True):
         self.selected = min(max(0, self.selected + delta), len(jobs) - 1)
         self.selected_id = jobs[self.selected].job_id
         self.refresh()
+        app = self.inspector
+        # With the why pane beside the list, it follows the cursor.
+        if app.why_job is not None and app.why_job != self.selected_id:
+            app.show_why(self.selected_id)
 
     def current(self) -> Job | None:
         jobs = self.jobs()

@@ -170,6 +170,10 @@ def test_why_shares_a_tall_screen_with_the_list() -> None:
         assert app.query_one("#queue", JobList).display
         assert app.query_one("#why").display
         assert "Job 9 (PENDING)" in text_of(app.why_renderable)
+        # The why pane follows the cursor.
+        await pilot.press("down")
+        await wait_for(pilot, lambda: "Job 10 (PENDING)" in text_of(app.why_renderable))
+        assert app.why_job == 10
 
     drive(app, (120, 50), script)
 
