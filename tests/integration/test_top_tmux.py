@@ -83,6 +83,15 @@ def row_of(screen: str, job_id: int) -> str | None:
     return None
 
 
+def job_rows(screen: str) -> list[str]:
+    """The rows under the queue's column header, in screen order."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if "JOBID" in line:
+            return [ln for ln in lines[i + 1:] if re.match(r"^[> ] \d", ln)]
+    return []
+
+
 @pytest.fixture
 def busy_cluster(devcluster: Any) -> Iterator[dict[str, int]]:
     """A full cluster: one running job on every GPU, one job waiting for resources
@@ -142,10 +151,9 @@ def test_top_in_tmux_shows_the_waiting_job_and_its_reason(
 
         # Select the waiting job: its why replaces the list on this small screen.
         pane.keys("g")
-        pane.wait(lambda s: (row_of(s, waiting) or "").startswith("> ")
-                  or (row_of(s, held) or "").startswith("> "), "the cursor on the first job")
-        target = waiting if (row_of(pane.screen(), waiting) or "").startswith("> ") else held
-        if target != waiting:
+        screen = pane.wait(lambda s: (job_rows(s) or [""])[0].startswith("> "),
+                           "the cursor on the first job")
+        if not job_rows(screen)[0].startswith(f"> {waiting} "):
             pane.keys("j")
             pane.wait(lambda s: (row_of(s, waiting) or "").startswith("> "),
                       "the cursor on the waiting job")
@@ -162,6 +170,7 @@ def test_top_in_tmux_shows_the_waiting_job_and_its_reason(
 
         # Filter by partition prod: only the held job stays.
         pane.keys("p")
+        pane.wait(lambda s: "filter by partition" in s, "the filter prompt")
         pane.type("prod")
         pane.keys("Enter")
         screen = pane.wait(lambda s: row_of(s, held) and row_of(s, waiting) is None
