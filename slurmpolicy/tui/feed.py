@@ -27,7 +27,7 @@ from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.explanation import Explanation
 from slurmpolicy.settings import Settings
-from slurmpolicy.tui.frame import Decision, Frame, leaves_from_features
+from slurmpolicy.tui.frame import HIDDEN_JOB, Decision, Frame, leaves_from_features
 
 #: How many audit rows ``top`` keeps.
 DECISIONS_KEPT = 50
@@ -71,8 +71,12 @@ def visible_intents(intents: Intents, snapshot: Snapshot) -> Intents:
     preemptions = []
     for p in intents.preemptions:
         victims = tuple(v for v in p.victims if v.job_id in seen)
-        if p.beneficiary in seen or victims:
+        if p.beneficiary in seen:
             preemptions.append(replace(p, victims=victims))
+        elif victims:
+            # The caller's job is a victim for a job Slurm hides from them: they may
+            # know their job is being preempted, not for whom.
+            preemptions.append(replace(p, victims=victims, beneficiary=HIDDEN_JOB))
     return Intents(
         preemptions=tuple(preemptions),
         reservations=tuple(r for r in intents.reservations if r.job_id in seen),

@@ -18,6 +18,10 @@ from slurmpolicy.model import Job, Node, Snapshot
 from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimIntent
 from slurmpolicy.settings import Settings
 
+#: Stands for a job Slurm does not show the caller (e.g. the beneficiary of a
+#: preemption whose victim is the caller's job); Slurm's job ids start at 1.
+HIDDEN_JOB = 0
+
 #: Orders the queue can be shown in, cycled by the ``s`` key in ``top``.
 SORT_KEYS: tuple[str, ...] = ("priority", "wait", "gpus", "user", "job")
 #: The same for running jobs.

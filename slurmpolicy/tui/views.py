@@ -24,7 +24,7 @@ from slurmpolicy.durations import humanize
 from slurmpolicy.hostlist import compress
 from slurmpolicy.model import Job
 from slurmpolicy.policy.explanation import Explanation
-from slurmpolicy.tui.frame import Filters, Frame, LeafSummary, fabric_summary
+from slurmpolicy.tui.frame import HIDDEN_JOB, Filters, Frame, LeafSummary, fabric_summary
 
 #: The marker in the first column of the selected row (visible without colour).
 CURSOR = ">"
@@ -316,7 +316,8 @@ def preemptions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table
                 left = v.deadline - frame.now
                 victims.append(f" {humanize(left)} left" if left >= 0 else " deadline passed",
                                style="bold red" if left < 60 else "yellow")
-        table.add_row(str(intent.beneficiary), intent.state.value,
+        table.add_row(str(intent.beneficiary) if intent.beneficiary != HIDDEN_JOB else "hidden",
+                      intent.state.value,
                       humanize(frame.now - intent.started_at),
                       plain(compress(intent.nodes) if intent.nodes else "-"),
                       victims if intent.victims else Text("-"))

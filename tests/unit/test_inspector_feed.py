@@ -15,6 +15,7 @@ from slurmpolicy.errors import JobGone
 from slurmpolicy.model import Snapshot
 from slurmpolicy.store import Journal
 from slurmpolicy.tui.feed import Feed, slurm_view
+from slurmpolicy.tui.frame import HIDDEN_JOB
 
 
 def visible_only(*job_ids: int) -> Snapshot:
@@ -64,6 +65,14 @@ def test_journal_of_a_hidden_preemption_shows_nothing(tmp_path):
     write_journal(tmp_path)
     intents, decisions, _ = Feed(journal=tmp_path).journal(visible_only(10, 11), NOW)
     assert intents.preemptions == () and decisions == ()
+
+
+def test_a_hidden_beneficiary_is_not_named_to_its_victims_owner(tmp_path):
+    write_journal(tmp_path)
+    intents, decisions, _ = Feed(journal=tmp_path).journal(visible_only(1, 10), NOW)
+    (p,) = intents.preemptions
+    assert p.beneficiary == HIDDEN_JOB and [v.job_id for v in p.victims] == [1]
+    assert decisions == ()
 
 
 def test_journal_is_opened_read_only(tmp_path):
