@@ -24,6 +24,8 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
@@ -52,7 +54,12 @@ KEYS_HELP = "q quit  ↑↓ move  ⏎ why  esc back  1-4 view  u/a/p filter  c c
 
 
 class JobList(Widget, can_focus=True):
-    """A windowed list of pending or running jobs with a cursor."""
+    """A windowed list of pending or running jobs with a cursor.
+
+    It keeps the screen lines it last drew and, after a key or a new read,
+    asks textual to repaint only the lines that changed: moving the cursor
+    rewrites two lines, not the list.
+    """
 
     DEFAULT_CSS = """
     JobList { height: 1fr; }
@@ -65,9 +72,13 @@ class JobList(Widget, can_focus=True):
         self.first_row = 0
         #: The selected job id, kept across reads so that the cursor follows its job.
         self.selected_id: int | None = None
-        #: Rows drawn by the last render, and renders so far (tests read them).
+        #: Rows drawn by the last render, renders so far, and lines repainted by the
+        #: last update (tests read them).
         self.rows_drawn = 0
         self.renders = 0
+        self.lines_changed = 0
+        self._lines: list[Strip] = []
+        self._lines_size: tuple[int, int] = (0, 0)
 
     @property
     def inspector(self) -> TopApp:
@@ -104,7 +115,7 @@ class JobList(Widget, can_focus=True):
             return
         self.selected = min(max(0, self.selected + delta), len(jobs) - 1)
         self.selected_id = jobs[self.selected].job_id
-        self.refresh()
+        self.update_lines()
         app = self.inspector
         # With the why pane beside the list, it follows the cursor.
         if app.why_job is not None and app.why_job != self.selected_id:
@@ -114,7 +125,8 @@ class JobList(Widget, can_focus=True):
         jobs = self.jobs()
         return jobs[self.selected] if 0 <= self.selected < len(jobs) else None
 
-    def render(self) -> RenderableType:
+    def build(self) -> RenderableType:
+        """The table for the current window (only its rows are formatted)."""
         app = self.inspector
         if app.frame is None:
             return Text(app.status or "reading Slurm ...")
@@ -135,6 +147,42 @@ class JobList(Widget, can_focus=True):
         self.rows_drawn = table.row_count
         self.renders += 1
         return table
+
+    def _draw(self) -> list[Strip]:
+        width, height = self.size.width, self.size.height
+        style = self.visual_style.rich_style
+        console = self.app.console
+        options = console.options.update(width=width, height=height)
+        rendered = console.render_lines(self.build(), options, style=style, pad=True)
+        lines = [Strip(line, width) for line in rendered[:height]]
+        lines += [Strip.blank(width, style)] * (height - len(lines))
+        self._lines_size = (width, height)
+        return lines
+
+    def update_lines(self) -> None:
+        """Redraw into the line cache; repaint only the lines that differ."""
+        if self.size.width <= 0 or self.size.height <= 0:
+            self._lines = []
+            return
+        same_size = self._lines_size == (self.size.width, self.size.height)
+        old = self._lines
+        new = self._draw()
+        self._lines = new
+        if not same_size or len(old) != len(new):
+            self.lines_changed = len(new)
+            self.refresh()
+            return
+        changed = [y for y, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        self.lines_changed = len(changed)
+        for y in changed:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    def render_line(self, y: int) -> Strip:
+        if self._lines_size != (self.size.width, self.size.height) or not self._lines:
+            self._lines = self._draw()
+        if 0 <= y < len(self._lines):
+            return self._lines[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
 
 
 class Panel(Widget):
@@ -328,7 +376,7 @@ class TopApp(App[None]):
 
     def refresh_lists(self) -> None:
         for jl in self.query(JobList):
-            jl.refresh()
+            jl.update_lines()
 
     # --- why ----------------------------------------------------------------------
     def show_why(self, job_id: int, *, quiet: bool = False) -> None:

@@ -118,6 +118,10 @@ def test_ten_thousand_jobs_draw_one_screenful() -> None:
         await pilot.press("end")
         await pilot.pause()
         assert queue.selected == 9999 and queue.first_row == 10_000 - 20
+        # Within the window a move repaints the two rows whose cursor mark changed.
+        await pilot.press("up")
+        await pilot.pause()
+        assert queue.lines_changed == 2
 
     drive(app, (80, 24), script)
 
