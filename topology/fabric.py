@@ -78,7 +78,8 @@ class Fabric:
             if unknown:
                 from slurmpolicy.hostlist import compress
 
-                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()})
+                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
+                                if o.rsplit(":", 1)[-1].isdigit()})[:3]
                 raise TopologyError(
                     f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
                     f" Slurm; expected only nodes of slurm.conf ({compress(sorted(known))})"
@@ -282,6 +283,11 @@ class Fabric:
                     self._usable[i] -= 1
                 elif health == Health.DEGRADED:
                     self._gpu_degraded[i] = True
+
+        self._any_degraded = (
+            Health.DEGRADED in self._host_up or Health.DEGRADED in self._leaf_up
+            or Health.DEGRADED in self._spine_up or any(self._gpu_degraded)
+        )
 
     def _is_up(self, node: Any, other: Any) -> bool:
         """True when ``other`` is above ``node`` in the switch tree."""

@@ -1,4 +1,4 @@
-"""Render Slurm's topology.conf from the fabric, so that Slurm's own placement
+"""Render Slurm's topology.conf (or topology.yaml) from the fabric, so that Slurm's own placement
 agrees with ours.
 
 Owns the two forms: tree (one ``SwitchName=<leaf> Nodes=<hostlist>`` line per
@@ -75,9 +75,38 @@ def _order(name: str) -> tuple[str, int, str]:
     return head, int(tail) if tail else -1, name
 
 
+def render_yaml(fab: Fabric) -> str:
+    """topology.yaml (Slurm 25.05+): the tree as the cluster default and, when
+    NVLink domains span hosts, a block topology of them."""
+    lines = ["# topology.yaml rendered by `slurmpolicy fabric render --form yaml`",
+             f"# from: {fab.source}",
+             "- topology: tree", "  cluster_default: true", "  tree:", "    switches:"]
+    for line in render_tree(fab).splitlines():
+        if line.startswith("#"):
+            continue
+        fields = dict(part.split("=", 1) for part in line.split())
+        lines.append(f"    - switch: {fields['SwitchName']}")
+        if "Nodes" in fields:
+            lines.append(f"      nodes: \"{fields['Nodes']}\"")
+        if "Switches" in fields:
+            lines.append(f"      children: \"{fields['Switches']}\"")
+    domains = fab.domains(Level.NVLINK)
+    if any(len(hosts) > 1 for hosts in domains.values()):
+        lines += ["- topology: nvlink", "  cluster_default: false", "  block:"]
+        if fab.block_sizes:
+            lines.append("    block_sizes: [" + ", ".join(map(str, fab.block_sizes)) + "]")
+        lines.append("    blocks:")
+        for name in sorted(domains, key=_order):
+            lines.append(f"    - block: {_block_name(name)}")
+            lines.append(f"      nodes: \"{compress(domains[name])}\"")
+    return "\n".join(lines) + "\n"
+
+
 def render(fab: Fabric, form: str = "tree") -> str:
     if form == "tree":
         return render_tree(fab)
     if form == "block":
         return render_block(fab)
-    raise ValueError(f"unknown topology.conf form {form!r}; allowed: tree, block")
+    if form == "yaml":
+        return render_yaml(fab)
+    raise ValueError(f"unknown topology form {form!r}; allowed: tree, block, yaml")

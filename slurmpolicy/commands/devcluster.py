@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,22 @@ def up(state_dir: Path | None, nodes: int, gpus_per_node: int, gpu_type: str,
     click.echo(f"  munged:    {status.munged}")
     click.echo(f"  use it:    eval \"$(slurmpolicy devcluster env --state-dir "
                f"{shlex.quote(str(cluster.state_dir))})\"")
+    closed = _first_closed_parent(cluster.state_dir)
+    if closed is not None:
+        click.echo(f"  note: {closed} is not searchable by other users, so only you can submit "
+                   "jobs here; choose a state dir under /tmp or /var for other users' jobs",
+                   err=True)
+
+
+def _first_closed_parent(path: Path) -> Path | None:
+    """The first directory on ``path`` that other users cannot traverse (o+x), if any."""
+    for d in [*reversed(path.resolve().parents), path.resolve()]:
+        try:
+            if not d.stat().st_mode & stat.S_IXOTH:
+                return d
+        except OSError:
+            return d
+    return None
 
 
 @devcluster.command()

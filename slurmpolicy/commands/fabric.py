@@ -71,7 +71,10 @@ def _load(ctx: click.Context, topology_conf: str | None, fabric_file: str | None
             snapshot = connect(cfg.slurm.adapter).snapshot()
             nodes = list(snapshot.nodes)
             live = True
-        except (ImportError, SlurmError) as exc:
+        except ImportError as exc:
+            note = (f"no Slurm adapter could be loaded ({exc}); nodes from slurm.conf, all GPUs"
+                    " counted free")
+        except SlurmError as exc:
             note = f"Slurm did not answer ({exc}); nodes from slurm.conf, all GPUs counted free"
     else:
         note = "--no-slurm: nodes from slurm.conf, all GPUs counted free"
@@ -113,8 +116,10 @@ def fabric() -> None:
 
 # ---------------------------------------------------------------------- show
 @fabric.command("show")
+@click.option("--hosts/--no-hosts", "with_hosts", default=None,
+              help="Draw every host (default: only when there are at most 64).")
 @_with_sources
-def show(loaded: _Loaded, as_json: bool) -> None:
+def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     """Draw spines, leaves, NVLink domains and hosts with their free/used GPUs."""
     fab = loaded.fabric
     frag = fab.fragmentation(loaded.free)
@@ -138,6 +143,8 @@ def show(loaded: _Loaded, as_json: bool) -> None:
     root = Tree(f"[bold]cluster[/] {len(fab.hosts)} hosts, {total} GPUs, "
                 f"{frag.free_gpus} free - {frag.summary()}")
     multi_nv = any(len(h) > 1 for h in fab.domains(Level.NVLINK).values())
+    if with_hosts is None:
+        with_hosts = len(fab.hosts) <= 64
     spines = fab.domains(Level.SPINE)
     leaves = fab.domains(Level.LEAF)
     for spine in sorted(spines):
@@ -147,6 +154,8 @@ def show(loaded: _Loaded, as_json: bool) -> None:
         for leaf in leaf_names:
             l_hosts = leaves[leaf]
             l_node = s_node.add(f"[cyan]leaf {leaf}[/] {_counts(loaded, l_hosts)}")
+            if not with_hosts:
+                continue
             if multi_nv:
                 groups: dict[str, list[str]] = {}
                 for h in l_hosts:
@@ -163,9 +172,13 @@ def show(loaded: _Loaded, as_json: bool) -> None:
 
 
 def _counts(loaded: _Loaded, hosts: tuple[str, ...] | list[str]) -> str:
+    fab = loaded.fabric
     free = sum(loaded.free.get(h, 0) for h in hosts)
-    total = sum(loaded.fabric.gpus_of(h) for h in hosts)
-    return f"[dim]{len(hosts)} hosts, {free}/{total} GPUs free[/]"
+    total = sum(fab.gpus_of(h) for h in hosts)
+    whole = sum(1 for h in hosts if fab.gpus_of(h) and loaded.free.get(h, 0) == fab.gpus_of(h))
+    bad = sum(1 for h in hosts if fab.host_health(h) != Health.OK)
+    text = f"[dim]{len(hosts)} hosts, {free}/{total} GPUs free, {whole} hosts wholly free"
+    return text + (f"[/] [yellow]{bad} with link trouble[/]" if bad else "[/]")
 
 
 def _host_line(loaded: _Loaded, host: str) -> str:
@@ -195,7 +208,7 @@ def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:
 # --------------------------------------------------------------------- check
 @fabric.command("check")
 @_with_sources
-def check(loaded: _Loaded, as_json: bool) -> int:
+def check(loaded: _Loaded, as_json: bool) -> None:
     """Read every source; report counts, warnings and conflicts (exit 1 on a conflict)."""
     fab = loaded.fabric
     counts = {lv.name.lower(): len(fab.domains(lv))
@@ -215,13 +228,16 @@ def check(loaded: _Loaded, as_json: bool) -> int:
         for conflict in fab.conflicts:
             click.echo(f"conflict: {conflict.message}")
         click.echo(status)
-    return 1 if fab.conflicts else 0
+    if fab.conflicts:
+        click.get_current_context().exit(1)
 
 
 # -------------------------------------------------------------------- render
 @fabric.command("render")
-@click.option("--form", type=click.Choice(["tree", "block"]), default="tree", show_default=True,
-              help="topology.conf form: tree (IB switches) or block (NVLink domains).")
+@click.option("--form", type=click.Choice(["tree", "block", "yaml"]), default="tree",
+              show_default=True,
+              help="topology.conf tree (IB switches) or block (NVLink domains), or"
+                   " topology.yaml (Slurm 25.05+) with both.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write to this file instead of standard output.")
 @_with_sources
@@ -250,7 +266,7 @@ def render_cmd(loaded: _Loaded, as_json: bool, form: str, output: str | None) ->
 @_with_sources
 def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level: str,
           strict: bool, gpu_type: str | None, min_gpu_memory: float | None,
-          prefer: str | None) -> int:
+          prefer: str | None) -> None:
     """Where would a job of N nodes x G GPUs go now, most compactly?"""
     try:
         lv = Level.parse(level)
@@ -272,7 +288,7 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
             click.echo(f"no placement: {result.reason}")
             if loaded.note:
                 click.echo(loaded.note)
-        return 1
+        click.get_current_context().exit(1)
     spans = {lv.name.lower(): n for lv, n in result.spans.items()}
     if as_json:
         _dump({"placed": True, "hosts": list(result.hosts), "hostlist": compress(result.hosts),
@@ -288,4 +304,3 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
                                                   else ""))
         if loaded.note:
             click.echo(loaded.note)
-    return 0

@@ -110,7 +110,8 @@ def _blocking(ctx: Context, job: Job, prio: priority.PriorityResult,
             _, why = deferral.target_begin(ctx, job)
             return "deferred", (f"deferred until {humanize((job.begin_time or ctx.now) - ctx.now)}"
                                 f" from now: {why}")
-        return "deferred", f"its begin time is {humanize((job.begin_time or ctx.now) - ctx.now)} away"
+        away = humanize((job.begin_time or ctx.now) - ctx.now)
+        return "deferred", f"its begin time is {away} away"
     if kind == "quota":
         return "quota", f"a limit holds it: {SLURM_REASONS.get(job.reason, job.reason)}"
     p = ctx.preemption_of_beneficiary.get(job.job_id)

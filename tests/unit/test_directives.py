@@ -344,3 +344,21 @@ def test_plugin_render_writes_the_file(tmp_path, site_toml):
     text = out.read_text()
     assert '["production"] = { "prod", "ops" }' in text and "function slurm_job_submit" in text
     assert oct(out.stat().st_mode & 0o777) == "0o644"
+
+
+def test_contrib_examples_validate_with_their_settings():
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "contrib" / "examples"
+    site = settings_mod.load(examples / "site.toml")
+    scripts = sorted(examples.glob("*.sh"))
+    assert len(scripts) >= 5
+    for path in scripts:
+        data = path.read_bytes()
+        opts = sbatch_options(data)
+        result = check_script(data, site, Context(account=opts.get("account"),
+                                                  partition=opts.get("partition", "research")))
+        if path.name == "invalid.sh":
+            assert [p.line for p in result.problems] == [5, 6, 7, 8]
+        else:
+            assert result.ok and result.admin_comment, (path.name, result.problems)

@@ -75,7 +75,8 @@ def test_held_dependency_and_priority():
     b.pend(2, "a", reason="Dependency", dependency="afterok:1")
     b.pend(3, "a", waited=9999, reason="Priority")
     b.pend(4, "a", waited=5, reason="Priority")
-    assert why(b, 1).blocking_text == "the job is held (JobHeldUser); `scontrol release 1` lets it go"
+    assert why(b, 1).blocking_text == \
+        "the job is held (JobHeldUser); `scontrol release 1` lets it go"
     assert why(b, 1).estimated_start is None
     assert why(b, 2).blocking_text == "it waits for its dependency afterok:1"
     e = why(b, 4)

@@ -202,7 +202,7 @@ def one_victim_cluster(victim_admin=None):
 
 def test_signal_then_wait_then_requeue_after_ack():
     b = one_victim_cluster()
-    intents, start = started(b)
+    intents, _ = started(b)
     assert intents.preemptions[0].state is PreemptionState.RESERVED
     p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
     (sig,) = [a for a in p2.actions if isinstance(a, SignalCheckpoint)]

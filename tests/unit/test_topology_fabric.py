@@ -277,10 +277,26 @@ def test_labels_may_differ_if_grouping_agrees(tmp_path):
 def test_two_leaf_features_on_one_node_is_an_error(tmp_path):
     (tmp_path / "slurm.conf").write_text("ClusterName=dev\n")
     nodes = [Node(name="gpu01", state="IDLE", features=("leaf1", "leaf2"))]
-    with pytest.raises(TopologyError, match="gpu01.*leaf1, leaf2"):
+    with pytest.raises(TopologyError, match=r"gpu01.*leaf1, leaf2"):
         Fabric.from_sources(nodes, None, tmp_path / "slurm.conf")
 
 
 def test_no_source_at_all_is_an_error(tmp_path):
     with pytest.raises(TopologyError, match="no fabric source"):
         Fabric.from_sources([], None, tmp_path / "missing.conf")
+
+
+def test_devcluster_generated_files_give_the_expected_fabric(tmp_path):
+    """The dev cluster's own slurm.conf + topology.conf, as DevCluster writes them."""
+    from slurmpolicy.slurm.devcluster import DevCluster
+
+    dc = DevCluster(tmp_path / "dc", nodes=8, gpus_per_node=8, racks=2)
+    dc.write_config(46800, list(range(46811, 46819)))
+    fab = Fabric.from_sources([], FabricSettings(), dc.slurm_conf)
+    hosts = tuple(f"gpu{i:02d}" for i in range(1, 9))
+    assert fab.hosts == hosts and fab.total_gpus == 64
+    assert fab.domains(Level.LEAF) == {"leaf1": hosts[:4], "leaf2": hosts[4:]}
+    assert fab.domains(Level.NVLINK) == {"nvl_rack1": hosts[:4], "nvl_rack2": hosts[4:]}
+    assert fab.domains(Level.SPINE) == {"spine": hosts}
+    assert fab.conflicts == () and fab.warnings == []
+    assert fab.gpu_type_of("gpu05") == "h100"

@@ -113,5 +113,5 @@ def test_round_trip_of_a_deeper_tree_keeps_parents():
 
 
 def test_render_rejects_unknown_form():
-    with pytest.raises(ValueError, match="tree, block"):
-        render(synthetic_fabric(2), "yaml")
+    with pytest.raises(ValueError, match="tree, block, yaml"):
+        render(synthetic_fabric(2), "xml")
