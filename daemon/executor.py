@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,6 +144,10 @@ class Executor:
         self._report = CycleReport()
         #: Polled between actions: SIGTERM lets the current step finish, then stops.
         self.should_stop: Callable[[], bool] = lambda: False
+        #: Fault injection for the crash tests: ``kill-after:<step kind>`` makes the
+        #: daemon SIGKILL itself right after such a Slurm call succeeded and
+        #: before its outcome is journalled (the worst moment to die).
+        self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -166,10 +172,14 @@ class Executor:
         except reached as exc:
             self.journal.finish_step(step, REACHED, f"{type(exc).__name__}: {exc}")
             return REACHED, type(exc).__name__
-        except SlurmError as exc:
-            message = exc.slurm_message or str(exc)
+        except (SlurmError, ValueError) as exc:
+            # ValueError: the adapter refused the arguments before calling Slurm.
+            message = getattr(exc, "slurm_message", "") or str(exc)
             self.journal.finish_step(step, FAILED, message)
             return FAILED, message
+        if self._fault == f"kill-after:{kind}":
+            log.warning("fault injection: SIGKILL after %s", key)
+            os.kill(os.getpid(), signal.SIGKILL)
         self.journal.finish_step(step, OK)
         return OK, ""
 
