@@ -147,11 +147,13 @@ class DaemonRunner:
     def once(self, *extra: str) -> subprocess.CompletedProcess[str]:
         return self.cli("daemon", "run", "--once", "--no-metrics", *extra)
 
-    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+    def start(self, *extra: str, env: Mapping[str, str] | None = None,
+              metrics: bool = False) -> subprocess.Popen[bytes]:
         assert self.proc is None or self.proc.poll() is not None
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(self._argv("daemon", "run", "--no-metrics", "-v", *extra),
-                                     stdout=out, stderr=out, env=self.env())
+        flags = () if metrics else ("--no-metrics",)
+        self.proc = subprocess.Popen(self._argv("daemon", "run", *flags, "-v", *extra),
+                                     stdout=out, stderr=out, env={**self.env(), **(env or {})})
         out.close()
         return self.proc
 
