@@ -83,6 +83,28 @@ starvation_wait = 15
 """
 
 
+class _AuditPrinter:
+    """Prints the audit records that appeared since the last call."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.seen = 0
+
+    def flush(self) -> None:
+        from slurmpolicy.store import Journal
+
+        try:
+            records = Journal(self.state, read_only=True).read_audit()
+        except Exception:
+            return  # the daemon has not written its journal yet
+        for r in records[self.seen:]:
+            if r.kind in ("SetSiteFactor", "Annotate"):
+                continue
+            click.echo(f"  {time.strftime('%H:%M:%S', time.localtime(r.at))} "
+                       f"{r.kind:<18} {r.outcome:<10} {r.reason}")
+        self.seen = len(records)
+
+
 class Demo:
     def __init__(self, root: Path) -> None:
         from slurmpolicy.slurm.devcluster import DevCluster
@@ -147,9 +169,8 @@ class Demo:
 
     def submit(self, name: str, klass: str, steps: int, limit: str, nodes: int = 1,
                extra: str = "") -> int:
-        bindir = Path(shutil.which("slurmpolicy") or sys.argv[0]).resolve().parent
         script = TRAIN.format(name=name, klass=klass, steps=steps, limit=limit, nodes=nodes,
-                              extra=extra, path=bindir)
+                              extra=extra, path=self.bindir())
         proc = subprocess.run(
             ["sbatch", "--parsable", f"--chdir={self.jobs}", f"--output={self.jobs}/%x-%j.out"],
             input=script, capture_output=True, text=True, env=self.env(), timeout=60,
@@ -157,6 +178,16 @@ class Demo:
         if proc.returncode != 0:
             raise DevClusterError(f"sbatch {name} failed: {proc.stderr.strip()}")
         return int(proc.stdout.strip().split(";")[0])
+
+    def bindir(self) -> Path:
+        """A ``slurmpolicy`` for the jobs: this very interpreter and package."""
+        bindir = self.root / "bin"
+        wrapper = bindir / "slurmpolicy"
+        if not wrapper.exists():
+            bindir.mkdir(exist_ok=True)
+            wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m slurmpolicy.cli "$@"\n')
+            wrapper.chmod(0o755)
+        return bindir
 
     def states(self, ids: list[int]) -> dict[int, str]:
         out = self.slurm("squeue", "--noheader", "--states=all", "--format=%i %T",
@@ -198,36 +229,31 @@ class Demo:
         click.echo(f"  production ({production}): 8 GPUs, must not wait for the research jobs")
         every = [*fillers, large, production]
         click.echo("\nwhat the daemon does")
-        seen = 0
         shown_reservation = False
         deadline = time.monotonic() + timeout
         preempted = reserved = False
+        printer = _AuditPrinter(self.state)
         while time.monotonic() < deadline:
+            printer.flush()
+            states = self.states(every)
             try:
                 journal = Journal(self.state, read_only=True)
-                records = journal.read_audit()
             except Exception:
-                records = []
-                journal = None
-            for r in records[seen:]:
-                if r.kind in ("SetSiteFactor", "Annotate"):
-                    continue
-                click.echo(f"  {time.strftime('%H:%M:%S', time.localtime(r.at))} "
-                           f"{r.kind:<18} {r.outcome:<10} {r.reason}")
-            seen = len(records)
-            states = self.states(every)
-            if journal is not None:
-                victims = [v for p in journal.preemptions() for v in
-                           journal.victims_of(p["preemption_id"])]
-                preempted = any(v["state"] == "requeued" for v in victims) and \
-                    states.get(production) in ("RUNNING", "COMPLETED")
-                reserved = any(r["job_id"] == large for r in journal.reservations(None))
+                time.sleep(2)
+                continue
+            victims = [v for p in journal.preemptions() for v in
+                       journal.victims_of(p["preemption_id"])]
+            preempted = any(v["state"] == "requeued" for v in victims) and \
+                states.get(production) in ("RUNNING", "COMPLETED")
+            reserved = any(r["job_id"] == large for r in journal.reservations(None))
             if reserved and not shown_reservation:
+                printer.flush()
                 shown_reservation = True
                 self.show_reservations()
             if preempted and reserved:
                 break
             time.sleep(2)
+        printer.flush()
         return self.show(every, production, large, preempted, reserved)
 
     def show_reservations(self) -> None:
@@ -248,8 +274,12 @@ class Demo:
         click.echo(self.slurm("squeue", "--format=%.6i %.16j %.9T %.3D %.14R %.8r",
                               check=False).rstrip())
         journal = Journal(self.state, read_only=True)
-        lost = sum(v for _, _, v in journal.metric_history(
-            "slurmpolicy_preemption_lost_gpu_hours"))
+        def total(name: str) -> float:
+            return sum(v for _, _, v in journal.metric_history(name))
+
+        lost = total("slurmpolicy_preemption_lost_gpu_hours")
+        acks = total("slurmpolicy_checkpoint_acks")
+        misses = total("slurmpolicy_checkpoint_deadline_misses")
         states = self.states(every)
         missing = [j for j in every if states.get(j) not in
                    ("PENDING", "RUNNING", "COMPLETED", "COMPLETING", "CONFIGURING")]
@@ -258,8 +288,9 @@ class Demo:
                    + ("done" if preempted else "not finished in time"))
         click.echo(f"  compact reservation for large job {large}: "
                    + ("in place" if reserved else "not made in time"))
-        click.echo(f"  work lost by preempted jobs: {lost:.2f} GPU-hours (they checkpointed "
-                   "before being requeued)")
+        why = ("they checkpointed before being requeued" if acks and not misses else
+               f"{misses:.0f} victim(s) missed the checkpoint deadline")
+        click.echo(f"  work lost by preempted jobs: {lost:.2f} GPU-hours ({why})")
         click.echo("  jobs lost: " + ("none" if not missing else
                                       ", ".join(f"{j} ({states.get(j, 'gone')})"
                                                 for j in missing)))
