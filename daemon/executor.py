@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,6 +144,11 @@ class Executor:
         self._report = CycleReport()
         #: Polled between actions: SIGTERM lets the current step finish, then stops.
         self.should_stop: Callable[[], bool] = lambda: False
+        #: Fault injection for the crash tests: ``kill-after:<step kind>`` makes the
+        #: daemon SIGKILL itself right after such a Slurm call succeeded and
+        #: before its outcome is journalled (the worst moment to die).
+        self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
+        self._annotations: dict[int | None, str] = {}
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -166,10 +173,14 @@ class Executor:
         except reached as exc:
             self.journal.finish_step(step, REACHED, f"{type(exc).__name__}: {exc}")
             return REACHED, type(exc).__name__
-        except SlurmError as exc:
-            message = exc.slurm_message or str(exc)
+        except (SlurmError, ValueError) as exc:
+            # ValueError: the adapter refused the arguments before calling Slurm.
+            message = getattr(exc, "slurm_message", "") or str(exc)
             self.journal.finish_step(step, FAILED, message)
             return FAILED, message
+        if self._fault == f"kill-after:{kind}":
+            log.warning("fault injection: SIGKILL after %s", key)
+            os.kill(os.getpid(), signal.SIGKILL)
         self.journal.finish_step(step, OK)
         return OK, ""
 
@@ -349,6 +360,10 @@ class Executor:
 
     # Each handler: guard, journal, call, record, audit.
     def _do_Annotate(self, a: Annotate, snapshot: Snapshot, now: float) -> None:
+        # The planner repeats its explanations every cycle; the audit keeps changes.
+        if self._annotations.get(a.job_id) == a.reason:
+            return
+        self._annotations[a.job_id] = a.reason
         self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id)
 
     def _do_SetSiteFactor(self, a: SetSiteFactor, snapshot: Snapshot, now: float) -> None:
@@ -417,6 +432,20 @@ class Executor:
             self._audit(a, a.kind, a.reason, "refused: not a slurmpolicy reservation",
                         job_id=a.job_id)
             return
+        users = _jobs_in(snapshot, a.name)
+        if users:
+            # Slurm refuses while a job runs in it; _cleanup_orphans deletes it after.
+            first = self.journal.reservation_state(a.name) != "orphan"
+            if first:
+                if self.journal.reservation_state(a.name) is None:
+                    self.journal.record_reservation(a.name, a.job_id, (), now, 0.0,
+                                                    state="orphan")
+                else:
+                    self.journal.set_reservation_state(a.name, "orphan")
+                self._audit(a, a.kind, a.reason,
+                            f"deferred: in use by job {users[0]}; deleted once it ends",
+                            job_id=a.job_id)
+            return
         status, msg = self._delete_reservation(a.name, a.job_id, snapshot)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"name": a.name})
@@ -444,8 +473,7 @@ class Executor:
             if resv is None:
                 self.journal.set_reservation_state(row["name"], "deleted")
                 continue
-            busy = any(j.is_running and j.reservation == row["name"] for j in snapshot.jobs)
-            if not busy:
+            if not _jobs_in(snapshot, row["name"]):
                 status, msg = self._delete_reservation(row["name"], row["job_id"], snapshot)
                 self._audit(None, "DeleteReservation",
                             f"reservation {row['name']} is no longer used", _outcome(status, msg),
@@ -623,14 +651,18 @@ class Executor:
             self._audit(a, a.kind, a.reason, "reached: already closed",
                         job_id=int(p["beneficiary"]), jobs=jobs)
             return
-        status, _ = self._delete_reservation(p["reservation"], int(p["beneficiary"]), snapshot)
+        if _jobs_in(snapshot, p["reservation"]):
+            self.journal.set_reservation_state(p["reservation"], "orphan")
+            status = FAILED
+        else:
+            status, _ = self._delete_reservation(p["reservation"], int(p["beneficiary"]),
+                                                 snapshot)
         target = PreemptionState.ABORTED if a.aborted else PreemptionState.DONE
         self.journal.set_preemption_state(a.preemption_id, target,
                                           reason=a.reason if a.aborted else None)
-        self._audit(a, a.kind, a.reason,
-                    target.value + ("" if status in (OK, REACHED)
-                                    else "; reservation deleted once unused"),
-                    job_id=int(p["beneficiary"]), jobs=jobs)
+        self._audit(a, a.kind, a.reason, target.value, job_id=int(p["beneficiary"]), jobs=jobs,
+                    detail={"reservation": p["reservation"],
+                            "reservation_deleted": status in (OK, REACHED)})
 
     def carry_on(self, snapshot: Snapshot, now: float | None = None) -> None:
         """Retry what the executor owns alone: reservations of planned preemptions."""
@@ -664,6 +696,11 @@ class Executor:
                 self._reserve(p["preemption_id"], spec, int(p["beneficiary"]))
         except CallBudgetExhausted:
             pass
+
+
+def _jobs_in(snapshot: Snapshot, reservation: str) -> list[int]:
+    """Running jobs inside a reservation (Slurm will not delete it under them)."""
+    return [j.job_id for j in snapshot.jobs if j.is_running and j.reservation == reservation]
 
 
 def _json_list(text: str) -> list[str]:

@@ -76,6 +76,17 @@ def fabric_sources(settings: Settings) -> list[Path]:
     return paths
 
 
+def make_client(settings: Settings) -> SlurmClient:
+    from slurmpolicy.slurm.client import connect
+
+    options = {"bin_dir": settings.slurm.bin_dir or None,
+               "timeout": settings.slurm.command_timeout}
+    try:
+        return connect(settings.slurm.adapter, **options)
+    except TypeError:  # an adapter that takes no such options
+        return connect(settings.slurm.adapter)
+
+
 def default_fabric_loader(snapshot: Snapshot, settings: Settings) -> Any:
     from slurmpolicy.topology import Fabric
 
@@ -141,9 +152,7 @@ class Daemon:
         try:
             self.journal = Journal(self.state_dir)
             if self.client is None:
-                from slurmpolicy.slurm.client import connect
-
-                self.client = connect(self.settings.slurm.adapter)
+                self.client = make_client(self.settings)
             if self.planner is None:
                 self.planner = default_planner()
             self.executor = Executor(self.client, self.journal, self.settings,

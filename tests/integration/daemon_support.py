@@ -20,14 +20,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 
 import slurmpolicy
+
+from .slurmtools import LiveCluster, job_user
 
 REPO = Path(slurmpolicy.__file__).resolve().parent.parent
 ALIVE = {"PENDING", "RUNNING", "COMPLETED", "COMPLETING", "REQUEUED", "CONFIGURING"}
@@ -69,11 +73,21 @@ def submit(cluster: Any, script: str, *args: str, admin_comment: str = "",
     """sbatch as the test user (environment with the job-side CLI); then, as the
     admin, set the admin_comment the job_submit plugin would have written."""
     bindir = job_side_cli(cluster)
-    full = script.replace("#!/bin/bash\n", f"#!/bin/bash\nexport PATH={bindir}:$PATH\n", 1)
+    full = after_header(script, f"export PATH={bindir}:$PATH")
     job_id = int(cluster.submit(full, extra_args=list(args), workdir=workdir))
     if admin_comment:
         cluster.slurm_cmd("scontrol", "update", f"jobid={job_id}", f"admincomment={admin_comment}")
     return job_id
+
+
+def after_header(script: str, line: str) -> str:
+    """``script`` with ``line`` after its header (shebang, #SBATCH/#SPOLICY lines):
+    sbatch stops reading directives at the first command."""
+    lines = script.splitlines(keepends=True)
+    at = 0
+    while at < len(lines) and (lines[at].startswith("#") or not lines[at].strip()):
+        at += 1
+    return "".join([*lines[:at], line + "\n", *lines[at:]])
 
 
 def write_settings(path: Path, state_dir: Path, **sections: Mapping[str, Any]) -> Path:
@@ -133,11 +147,13 @@ class DaemonRunner:
     def once(self, *extra: str) -> subprocess.CompletedProcess[str]:
         return self.cli("daemon", "run", "--once", "--no-metrics", *extra)
 
-    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+    def start(self, *extra: str, env: Mapping[str, str] | None = None,
+              metrics: bool = False) -> subprocess.Popen[bytes]:
         assert self.proc is None or self.proc.poll() is not None
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(self._argv("daemon", "run", "--no-metrics", "-v", *extra),
-                                     stdout=out, stderr=out, env=self.env())
+        flags = () if metrics else ("--no-metrics",)
+        self.proc = subprocess.Popen(self._argv("daemon", "run", *flags, "-v", *extra),
+                                     stdout=out, stderr=out, env={**self.env(), **(env or {})})
         out.close()
         return self.proc
 
@@ -222,3 +238,80 @@ def wait_for(probe: Any, timeout: float, what: str, interval: float = 0.5) -> An
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# ---------------------------------------------------------------- fixtures
+#: A victim: the example training script, short, with a checkpoint dir.
+TRAIN_SH = (REPO / "contrib" / "examples" / "train.sh").read_text()
+
+
+def victim_comment(grace: int = 30, klass: str = "experimental") -> str:
+    return f"spolicy:v1 class={klass} ckpt=signal:USR1,grace={grace}"
+
+
+PRODUCTION = "spolicy:v1 class=production"
+
+
+def train_script(workdir: Path, steps: int, step_seconds: float = 1.0) -> str:
+    return after_header(TRAIN_SH,
+                        f"export CKPT_DIR={workdir} STEPS={steps} STEP_SECONDS={step_seconds}")
+
+
+@pytest.fixture(name="cluster")
+def cluster_fixture() -> Iterator[LiveCluster]:
+    """A small cluster of its own per test (2 nodes x 8 GPUs): the daemon acts on
+    every job it sees, so it must not share a cluster with other tests."""
+    job_user()
+    state = Path(tempfile.mkdtemp(prefix="spdd-", dir="/tmp"))
+    os.chmod(state, 0o755)
+    c = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1)
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+        if not os.environ.get("SLURMPOLICY_KEEP_DEVCLUSTER"):
+            shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(name="daemon")
+def daemon_fixture(cluster: LiveCluster) -> Iterator[DaemonRunner]:
+    """A daemon runner for the cluster (settings in <state>/sp), stopped at the end."""
+    home = Path(cluster.state_dir) / "sp"
+    home.mkdir(exist_ok=True)
+    settings = write_settings(home / "slurmpolicy.toml", home / "state")
+    runner = DaemonRunner(cluster, settings, home / "daemon.log")
+    try:
+        yield runner
+    finally:
+        runner.stop()
+
+
+def journal_of(runner: DaemonRunner) -> Any:
+    from slurmpolicy.store import Journal
+
+    return Journal(runner.settings.parent / "state", read_only=True)
+
+
+def fill_with_victims(cluster: LiveCluster, workdir: Path, *, steps: int = 40,
+                      grace: int = 30, script: str | None = None) -> list[int]:
+    """Two experimental 8-GPU jobs filling both nodes; returns their ids once running."""
+    text = script if script is not None else train_script(workdir, steps)
+    ids = [submit(cluster, text, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                  admin_comment=victim_comment(grace), workdir=workdir) for _ in range(2)]
+    for job_id in ids:
+        cluster.wait_state(job_id, "RUNNING", timeout=60)
+    return ids
+
+
+def submit_beneficiary(cluster: LiveCluster, workdir: Path, seconds: int = 5) -> int:
+    return submit(cluster, f"#!/bin/bash\necho \"ran on $SLURM_JOB_NODELIST\"\nsleep {seconds}\n",
+                  "-p", "research", "-N1", "--gres=gpu:8", admin_comment=PRODUCTION,
+                  workdir=workdir)
+
+
+def release_requeued(cluster: LiveCluster, job_id: int) -> None:
+    """Slurm holds a requeued batch job back ~2 minutes (its BeginTime); tests
+    make it eligible at once, as an admin could, to keep them short."""
+    wait_for(lambda: restarts(cluster, job_id) >= 1, 60, f"job {job_id} requeued")
+    cluster.slurm_cmd("scontrol", "update", f"jobid={job_id}", "starttime=now", check=False)
