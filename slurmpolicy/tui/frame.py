@@ -92,7 +92,8 @@ class Frame:
     #: Effective priority per job as ``policy.plan()`` computes it (the site
     #: factor it wants plus Slurm's other factors); jobs absent use Slurm's priority.
     effective: Mapping[int, int] = field(default_factory=dict)
-    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Per-frame indexes; not an init field, so that dataclasses.replace() starts afresh.
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     # --- per-frame indexes, built once ----------------------------------------
     def _cached(self, key: str, build: Any) -> Any:

@@ -36,7 +36,7 @@ class FixedFeed:
         self.reads += 1
         frame = self.frames[0] if len(self.frames) == 1 else self.frames.pop(0)
         # A new read is a new object even when nothing changed.
-        return replace(frame, snapshot=replace(frame.snapshot), _cache={})
+        return replace(frame, snapshot=replace(frame.snapshot, _index={}))
 
     def explain(self, frame: Frame, job_id: int) -> Explanation:
         job = frame.snapshot.job(job_id)
@@ -151,7 +151,7 @@ def test_cursor_follows_its_job_when_the_queue_reorders() -> None:
     jobs = tuple(replace(j, priority=-1) if j.job_id == 9 else j for j in first.snapshot.jobs)
     second = replace(first, snapshot=Snapshot(
         taken_at=first.snapshot.taken_at + 5, slurm_version="22.05.8",
-        cluster_name="devcluster", jobs=jobs, nodes=first.snapshot.nodes), _cache={})
+        cluster_name="devcluster", jobs=jobs, nodes=first.snapshot.nodes))
     app = TopApp(FixedFeed(first, second), interval=60)
 
     async def script(pilot: Pilot[None], app: TopApp) -> None:

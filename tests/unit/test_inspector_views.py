@@ -169,6 +169,7 @@ def test_data_is_never_read_as_markup() -> None:
     frame = small_frame()
     jobs = tuple(replace(j, reason="[red]Boom[/red]", user="[b]eve")
                  if j.job_id == 9 else j for j in frame.snapshot.jobs)
-    frame = replace(frame, snapshot=replace(frame.snapshot, jobs=jobs), _cache={})
+    # Snapshot._index is an init field: start it afresh with the new jobs.
+    frame = replace(frame, snapshot=replace(frame.snapshot, jobs=jobs, _index={}))
     text = render(views.queue_view(frame, order_queue(frame, Filters()), width=120), 120)
     assert "[red]Boom[/red]" in text and "[b]eve" in text
