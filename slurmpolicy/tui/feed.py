@@ -69,14 +69,18 @@ def visible_intents(intents: Intents, snapshot: Snapshot) -> Intents:
     seen = {j.job_id for j in snapshot.jobs}
     accounts = {j.account for j in snapshot.jobs}
     preemptions = []
+    hidden = 0
     for p in intents.preemptions:
         victims = tuple(v for v in p.victims if v.job_id in seen)
         if p.beneficiary in seen:
             preemptions.append(replace(p, victims=victims))
         elif victims:
             # The caller's job is a victim for a job Slurm hides from them: they may
-            # know their job is being preempted, not for whom.
-            preemptions.append(replace(p, victims=victims, beneficiary=HIDDEN_JOB))
+            # know their job is being preempted, not for whom (the daemon's ids and
+            # reservation names carry the beneficiary's job id).
+            hidden += 1
+            preemptions.append(replace(p, victims=victims, beneficiary=HIDDEN_JOB,
+                                       preemption_id=f"hidden-{hidden}", reservation=""))
     return Intents(
         preemptions=tuple(preemptions),
         reservations=tuple(r for r in intents.reservations if r.job_id in seen),

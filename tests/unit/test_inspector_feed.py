@@ -72,6 +72,7 @@ def test_a_hidden_beneficiary_is_not_named_to_its_victims_owner(tmp_path):
     intents, decisions, _ = Feed(journal=tmp_path).journal(visible_only(1, 10), NOW)
     (p,) = intents.preemptions
     assert p.beneficiary == HIDDEN_JOB and [v.job_id for v in p.victims] == [1]
+    assert "9" not in p.preemption_id and "9" not in p.reservation
     assert decisions == ()
 
 
