@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from slurmpolicy.topology.fabric import PAIR_COST
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Placement, Shape
 
 if TYPE_CHECKING:
@@ -100,6 +101,14 @@ class _Search:
             if f >= need:
                 eligible.append(i)
                 key[i] = (degraded_host[i], 0 if prefer and hosts[i] in prefer else 1, f - g, i)
+        # Mixed-radix place values of a packed grade (see table()): counts stay
+        # below b, costs below c, so sums of grades never carry between parts.
+        b = len(eligible) + 1
+        c = int(max(PAIR_COST.values())) * b * b + 1
+        p_deg = b
+        p_cost = p_deg * b
+        p_nv = p_cost * c
+        self._places = (p_nv * b * b, p_nv * b, p_nv, p_cost, p_deg)
 
     # ------------------------------------------------------------------ pools
     def pool(self, level: Level, cut: bool = True) -> tuple[dict[Any, list[int]], int]:
@@ -161,25 +170,31 @@ class _Search:
 
     def select(self, pool: list[int], n: int, level: Level) -> list[int]:
         """n hosts of ``pool`` (all in one domain at ``level``), spanning the
-        fewest sub-domains; degraded hosts last, preferred and tight-fit first."""
+        fewest sub-domains, then costing least; degraded hosts last, then
+        preferred and tight-fit first."""
         if len(pool) == n:
             return pool
         if level <= Level.HOST or (level == Level.LEAF and not self.fab._multi_host_nvlink):
             # Below a leaf every host is its own NVLink domain: only host order matters.
             return sorted(pool, key=self.key.__getitem__)[:n]
+        if level == Level.SPINE and not self.fab._multi_host_nvlink:
+            # Leaves of single-host NVLink domains differ only in size: filling
+            # the largest first is exact (its counts majorize every other
+            # choice, so it has the fewest leaves and the fewest cross-leaf pairs).
+            return self.select_greedy(pool, n, level)
+        return self.hosts_of(self.table(pool, n, level)[1][n])
+
+    def select_greedy(self, pool: list[int], n: int, level: Level) -> list[int]:
         col, child_level = self._children(level)
         grouped: dict[int, list[int]] = {}
         for i in pool:
             grouped.setdefault(col[i], []).append(i)
-        groups = list(grouped.values())
-        if len(groups) == 1:
-            return self.select(pool, n, child_level)
         gk: Callable[[list[int]], tuple[int, int, int]] = self._group_key
-        fits = [grp for grp in groups if len(grp) >= n]
+        fits = [grp for grp in grouped.values() if len(grp) >= n]
         if fits:
             best = min(fits, key=lambda grp: (len(grp), *gk(grp)))
             return self.select(best, n, child_level)
-        ordered = sorted(groups, key=lambda grp: (-len(grp), *gk(grp)))
+        ordered = sorted(grouped.values(), key=lambda grp: (-len(grp), *gk(grp)))
         taken: list[int] = []
         remaining = n
         for k, grp in enumerate(ordered):
@@ -192,6 +207,105 @@ class _Search:
             taken.extend(grp)
             remaining -= len(grp)
         return taken
+
+    def fewest_children(self, pool: list[int], n: int, level: Level) -> int:
+        """How few sub-domains of ``level`` (as :meth:`select` groups them) can
+        hold n hosts of ``pool``."""
+        col = self._children(level)[0]
+        sizes: dict[int, int] = {}
+        for i in pool:
+            sizes[col[i]] = sizes.get(col[i], 0) + 1
+        total = 0
+        for k, size in enumerate(sorted(sizes.values(), reverse=True), 1):
+            total += size
+            if total >= n:
+                return k
+        return len(sizes)
+
+    def table(self, pool: list[int], cap: int, level: Level) -> tuple[list[int], list[Any]]:
+        """The best r hosts of ``pool`` (one domain at ``level``) for every r up
+        to ``cap``: (grades, picks), where :meth:`hosts_of` turns a pick into hosts.
+
+        A grade is (spines, leaves, NVLink domains spanned, cost, degraded
+        hosts, hosts not preferred), compared in that order and packed into one
+        integer by :meth:`_pack`. In a nested tree each part is a sum over the
+        sub-domains plus, for cost, PAIR_COST[level] per pair across two of
+        them; so a knapsack over the sub-domains finds the exact best set, where
+        filling the largest first can span more leaves (two spines of two hosts
+        each, one in one leaf, the other in two). The preference comes last: it
+        never buys a less compact or costlier set."""
+        fab, key = self.fab, self.key
+        nv, leaf = fab._dom[Level.NVLINK], fab._dom[Level.LEAF]
+        p_spine, p_leaf, p_nv, p_cost, p_deg = self._places
+        one_nv = all(nv[i] == nv[pool[0]] for i in pool)
+        one_leaf = all(leaf[i] == leaf[pool[0]] for i in pool)
+        if one_leaf and (one_nv or len({nv[i] for i in pool}) == len(pool)):
+            # Hosts that differ only in their keys: take them in key order.
+            ordered = sorted(pool, key=key.__getitem__)[:cap]
+            pair = int(PAIR_COST[Level.NVLINK if one_nv else Level.LEAF])
+            grades: list[int] = [0]
+            picks: list[Any] = [None]
+            g = p_spine + p_leaf
+            for r, i in enumerate(ordered, 1):
+                g += key[i][0] * p_deg + key[i][1] + (pair * (r - 1)) * p_cost
+                g += p_nv if r == 1 or not one_nv else 0
+                grades.append(g)
+                picks.append((ordered, r))
+            return grades, picks
+        col, child_level = self._children(level)
+        grouped: dict[int, list[int]] = {}
+        for i in pool:
+            grouped.setdefault(col[i], []).append(i)
+        if len(grouped) == 1:
+            return self.table(pool, cap, child_level)
+        w = int(PAIR_COST[level]) * p_cost
+        # best[t]: grade of the best t hosts from the sub-domains so far; how[t]: which.
+        best: list[int | None] = [None] * (cap + 1)
+        how: list[Any] = [None] * (cap + 1)
+        best[0] = 0
+        reach = 0
+        for grp in grouped.values():
+            sub, sub_picks = self.table(grp, cap, child_level)
+            new, new_how = list(best), list(how)
+            for t in range(reach + 1):
+                a = best[t]
+                if a is None:
+                    continue
+                wt = w * t
+                for r in range(1, min(len(sub) - 1, cap - t) + 1):
+                    g = a + sub[r] + wt * r
+                    old = new[t + r]
+                    if old is None or g < old:
+                        new[t + r] = g
+                        new_how[t + r] = (how[t], sub_picks[r])
+            best, how = new, new_how
+            reach = min(cap, reach + len(sub) - 1)
+        # This domain counts once at its own level and those above it.
+        top = {Level.NVLINK: p_nv, Level.LEAF: p_leaf, Level.SPINE: p_spine}.get(level)
+        ones = sum(p for p in (p_spine, p_leaf, p_nv) if top is not None and p >= top)
+        grades = [0]
+        for found in best[1:reach + 1]:
+            assert found is not None
+            g = found
+            grades.append(g % top + ones if top is not None else g)
+        return grades, how[:reach + 1]
+
+    @staticmethod
+    def hosts_of(pick: Any) -> list[int]:
+        """The hosts a :meth:`table` pick stands for."""
+        out: list[int] = []
+        stack = [pick]
+        while stack:
+            item = stack.pop()
+            if item is None:
+                continue
+            first, second = item
+            if isinstance(second, int):
+                out.extend(first[:second])
+            else:
+                stack.append(first)
+                stack.append(second)
+        return out
 
     def select_by_nvlink(self, pool: list[int], n: int) -> list[int]:
         """n hosts of ``pool`` taking whole NVLink domains, largest first, and the
@@ -283,6 +397,13 @@ class _Search:
                 # with the leaf's spare hosts, so only the tightest leaves compete.
                 tightest = min(len(grp) for _, grp in fitting)
                 fitting = [(d, grp) for d, grp in fitting if len(grp) == tightest]
+            elif level > Level.NVLINK and len(fitting) > 1:
+                # A set spans at least as many sub-domains as the fewest of its
+                # domain's that hold n hosts, and the grade counts them first:
+                # only the domains where that least number is smallest compete.
+                least = [(self.fewest_children(grp, n, level), d, grp) for d, grp in fitting]
+                fewest = min(k for k, _, _ in least)
+                fitting = [(d, grp) for k, d, grp in least if k == fewest]
             chosen: tuple[tuple[object, ...], list[int]] | None = None
             for _d, grp in fitting:
                 options = [self.select(grp, n, level)]

@@ -124,6 +124,31 @@ def test_linear_cost_is_the_sum_over_pairs(case, data):
     assert abs(fab.cost(hosts) - pairwise) < 1e-9
 
 
+def _issue_case():
+    # Found by hypothesis: two spines hold two eligible hosts each, gpu02/gpu04
+    # in two leaves, gpu13/gpu14 in one. Filling "the largest spine first"
+    # took spine1 whole (3 leaves) unless gpu13 or gpu14 was preferred.
+    fab = synthetic_fabric(hosts=14, gpus_per_host=1, hosts_per_nvlink=2, hosts_per_leaf=2,
+                           leaves_per_spine=2)
+    free = {h: int(h in ("gpu02", "gpu04", "gpu13", "gpu14")) for h in fab.hosts}
+    return fab, free, Shape(nodes=3, gpus_per_node=0, level=Level.NVLINK, strict=False)
+
+
+def test_prefer_only_breaks_ties_issue_case():
+    fab, free, shape = _issue_case()
+    plain = fab.place(shape, free)
+    assert isinstance(plain, Placement)
+    assert plain.hosts == ("gpu02", "gpu13", "gpu14")
+    assert plain.spans[Level.LEAF] == 2 and plain.spans[Level.SPINE] == 2
+    for prefer in ({"gpu02"}, {"gpu04"}, {"gpu13"}, {"gpu02", "gpu04"}, {"gpu04", "gpu13"}):
+        liked = fab.place(Shape(3, 0, Level.NVLINK, prefer=frozenset(prefer)), free)
+        assert isinstance(liked, Placement)
+        assert (liked.spans, liked.cost) == (plain.spans, plain.cost), prefer
+    # gpu04 preferred: {gpu04, gpu13, gpu14} is just as compact and cheap.
+    liked = fab.place(Shape(3, 0, Level.NVLINK, prefer=frozenset({"gpu04"})), free)
+    assert isinstance(liked, Placement) and liked.hosts == ("gpu04", "gpu13", "gpu14")
+
+
 @settings(max_examples=200, deadline=None)
 @given(scenarios(nested=True), st.data())
 def test_prefer_only_breaks_ties(case, data):
@@ -139,3 +164,52 @@ def test_prefer_only_breaks_ties(case, data):
         assert liked.level == plain.level
         assert liked.spans == plain.spans
         assert liked.cost == plain.cost
+
+
+def _best_by_brute_force(fab, free, shape):
+    """(spans innermost-out reversed, cost) of the most compact n-set, by trying all."""
+    from itertools import combinations
+
+    pool = eligible(free, shape)
+    best = None
+    for hosts in combinations(sorted(pool), shape.nodes):
+        spans = fab.spans(list(hosts))
+        level = next(lv for lv in (Level.HOST, Level.NVLINK, Level.LEAF, Level.SPINE,
+                                   Level.CLUSTER) if spans[lv] == 1)
+        below = tuple(spans[lv] for lv in (Level.SPINE, Level.LEAF, Level.NVLINK) if lv < level)
+        grade = (level, below, fab.cost(list(hosts)))
+        best = grade if best is None or grade < best else best
+    return best
+
+
+@st.composite
+def small_nested(draw):
+    gpus = draw(st.integers(1, 4))
+    per_nvlink = draw(st.sampled_from([1, 2, 3]))
+    fab = synthetic_fabric(
+        hosts=draw(st.integers(1, 16)), gpus_per_host=gpus, hosts_per_nvlink=per_nvlink,
+        hosts_per_leaf=per_nvlink * draw(st.integers(1, 3)),
+        leaves_per_spine=draw(st.integers(1, 3)),
+    )
+    free = {h: draw(st.integers(0, gpus)) for h in fab.hosts}
+    shape = Shape(nodes=draw(st.integers(1, 5)), gpus_per_node=draw(st.integers(0, gpus)))
+    prefer = frozenset(draw(st.sets(st.sampled_from(fab.hosts), max_size=4)))
+    return fab, free, shape, prefer
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_nested())
+def test_placement_is_the_most_compact_then_cheapest_set(case):
+    # The rule: innermost level, then fewest domains spanned below it (outer
+    # first), then least cost; preferred hosts never change any of these.
+    fab, free, shape, prefer = case
+    best = _best_by_brute_force(fab, free, shape)
+    for s in (shape, Shape(shape.nodes, shape.gpus_per_node, prefer=prefer)):
+        result = fab.place(s, free)
+        if best is None:
+            assert isinstance(result, NoPlacement)
+            continue
+        assert isinstance(result, Placement)
+        below = tuple(result.spans[lv] for lv in (Level.SPINE, Level.LEAF, Level.NVLINK)
+                      if lv < result.level)
+        assert (result.level, below, result.cost) == best
