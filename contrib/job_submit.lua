@@ -108,10 +108,12 @@ local function join(list) return tconcat(list, ", ") end
 
 -- ASCII-only case mapping: C's toupper depends on the locale, Python's on Unicode.
 local function upper(text)
+  if not sfind(text, "[a-z]") then return text end
   return (sgsub(text, "[a-z]", function(c) return schar(sbyte(c) - 32) end))
 end
 
 local function lower(text)
+  if not sfind(text, "[A-Z]") then return text end
   return (sgsub(text, "[A-Z]", function(c) return schar(sbyte(c) + 32) end))
 end
 
@@ -150,8 +152,13 @@ local function suggest(word, candidates)
   local floor_len = #word
   if floor_len < 2 then floor_len = 2 end
   for i = 1, #candidates do
-    local d = levenshtein(lw, lower(candidates[i]))
-    if d < best_d and d < floor_len then best, best_d = candidates[i], d end
+    -- The distance is at least the difference in length: skip hopeless ones.
+    local gap = #word - #candidates[i]
+    if gap < 0 then gap = -gap end
+    if gap < best_d then
+      local d = levenshtein(lw, lower(candidates[i]))
+      if d < best_d and d < floor_len then best, best_d = candidates[i], d end
+    end
   end
   return best
 end
@@ -432,7 +439,8 @@ local function scan(script, ctx)
       stop = true -- the first command ends the header
     end
     if stop then break end
-    if first == "#" and upper(ssub(line, 1, 8)) == PREFIX then
+    -- "#SPOLICY" in any case (the same test as upper(line:sub(1, 8)) == PREFIX).
+    if first == "#" and sfind(line, "^#[Ss][Pp][Oo][Ll][Ii][Cc][Yy]") then
       dlines = dlines + 1
       local rest = ssub(line, 9)
       if dlines > LIM.directive_lines then

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmpolicy.durations import format_duration, parse_duration
-from slurmpolicy.errors import InvalidDirective
+from slurmpolicy.errors import ConfigError, InvalidDirective
 from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
 from slurmpolicy.settings import Settings
 
@@ -304,6 +304,8 @@ def suggest(word: str, candidates: Sequence[str]) -> str | None:
         return None
     best, best_d = None, 3
     for cand in candidates:
+        if abs(len(word) - len(cand)) >= best_d:
+            continue  # the distance is at least the difference in length
         d = levenshtein(_lower(word), _lower(cand))
         if d < best_d and d < max(len(word), 2):
             best, best_d = cand, d
@@ -476,7 +478,9 @@ def check_script(script: bytes | str, settings: Settings | None = None,
     """Validate the directives of ``script``; never raises for a bad script."""
     validator = Validator(settings)
     ctx = context or Context()
-    text = script.decode("latin-1") if isinstance(script, bytes) else script
+    # Work on bytes (one char per byte), as the Lua plugin does; str is UTF-8 encoded.
+    raw = script if isinstance(script, bytes) else script.encode("utf-8")
+    text = raw.decode("latin-1")
     nul = text.find("\0")
     if nul >= 0:  # slurmctld hands the plugin the script as a C string
         text = text[:nul]
@@ -687,9 +691,26 @@ def sbatch_options(script: bytes | str) -> dict[str, str]:
 # --- the schema as data for the Lua plugin -------------------------------------
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/\-]+")
+
+
+def _check_plain_names(s: Settings) -> None:
+    """Names the plugin compares byte for byte must be plain ASCII words."""
+    named: list[tuple[str, str]] = [(f"$.classes.{c}", c) for c in s.classes]
+    named += [(f"$.classes.{c}.accounts", a) for c, k in s.classes.items() for a in k.accounts]
+    named += [(f"$.deferral.windows.{w}", w) for w in s.deferral.windows]
+    named += [("$.preemption.no_checkpoint_partitions", p)
+              for p in s.preemption.no_checkpoint_partitions]
+    for where, name in named:
+        if not _PLAIN.fullmatch(name):
+            raise ConfigError(f"{name!r} cannot be used in #SPOLICY directives: use letters, "
+                              f"digits and _ . : / - only - at `{where}`")
+
+
 def lua_config(settings: Settings | None = None) -> dict[str, Any]:
     """Everything the Lua plugin needs, as plain data (rendered into a Lua table)."""
     s = settings or Settings()
+    _check_plain_names(s)
     directives = schema(s)
     return {
         "version": "spolicy:v1",

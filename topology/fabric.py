@@ -78,7 +78,8 @@ class Fabric:
             if unknown:
                 from slurmpolicy.hostlist import compress
 
-                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()})
+                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
+                                if o.rsplit(":", 1)[-1].isdigit()})[:3]
                 raise TopologyError(
                     f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
                     f" Slurm; expected only nodes of slurm.conf ({compress(sorted(known))})"
@@ -206,7 +207,13 @@ class Fabric:
         self.graph = g
 
     def _resolve(self, name: str) -> Any:
-        """A graph node from a name a person writes: host, switch, NVLink domain, host:gpuN."""
+        """A graph node from a name a person writes: host, switch, NVLink domain,
+        host:gpuN; ``switch:NAME``, ``nvlink:NAME`` and ``host:NAME`` when a name is
+        ambiguous (an HGX host's NVLink domain carries the host's name)."""
+        kind, sep, rest = name.partition(":")
+        if sep and kind in ("switch", "nvlink", "host"):
+            node = (kind, rest)
+            return node if node in self.graph else None
         if name in self._index:
             return ("host", name)
         if ("switch", name) in self.graph:
@@ -270,11 +277,17 @@ class Fabric:
                 continue
             nv = ("nvlink", self._dom_names[Level.NVLINK][self._dom[Level.NVLINK][i]])
             for k in range(self._gpus[i]):
-                health = g.edges[("gpu", h, k), nv]["health"]
+                gid = ("gpu", h, k)
+                health = max(g.edges[gid, nv]["health"], g.edges[gid, ("host", h)]["health"])
                 if health == Health.DOWN:
                     self._usable[i] -= 1
                 elif health == Health.DEGRADED:
                     self._gpu_degraded[i] = True
+
+        self._any_degraded = (
+            Health.DEGRADED in self._host_up or Health.DEGRADED in self._leaf_up
+            or Health.DEGRADED in self._spine_up or any(self._gpu_degraded)
+        )
 
     def _is_up(self, node: Any, other: Any) -> bool:
         """True when ``other`` is above ``node`` in the switch tree."""

@@ -27,7 +27,7 @@ integer columns, so a 64-node placement on 4,096 hosts takes milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Placement, Shape
 
@@ -95,13 +95,20 @@ class _Search:
                 self.key[i] = (degraded, 0 if h in prefer else 1, f - g, i)
 
     # ------------------------------------------------------------------ pools
-    def pool(self, level: Level) -> tuple[dict[int, list[int]], int]:
+    def pool(self, level: Level) -> tuple[dict[Any, list[int]], int]:
         """Eligible hosts grouped by domain at ``level``, minus those whose links
-        a placement at that level would have to use and that are down."""
+        a placement at that level would have to use and that are down.
+
+        An NVLink domain may span leaves (NVL72 trays cabled to two leaves);
+        when the shape asks for one leaf or spine, NVLink domains are cut
+        along it, so an NVLink-compact set never leaves the asked domain."""
         fab, multi = self.fab, self.shape.nodes > 1
-        col = fab._dom[level]
+        col: Sequence[Any] = fab._dom[level]
+        if level == Level.NVLINK and self.shape.level in (Level.LEAF, Level.SPINE):
+            outer = fab._dom[self.shape.level]
+            col = list(zip(col, outer, strict=True))
         leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
-        groups: dict[int, list[int]] = {}
+        groups: dict[Any, list[int]] = {}
         dropped = 0
         for i in self.eligible:
             if multi and level >= Level.LEAF and fab._host_up[i] == Health.DOWN:
@@ -141,7 +148,8 @@ class _Search:
         fewest sub-domains; degraded hosts last, preferred and tight-fit first."""
         if len(pool) == n:
             return pool
-        if level <= Level.HOST:
+        if level <= Level.HOST or (level == Level.LEAF and not self.fab._multi_host_nvlink):
+            # Below a leaf every host is its own NVLink domain: only host order matters.
             return sorted(pool, key=self.key.__getitem__)[:n]
         col, child_level = self._children(level)
         grouped: dict[int, list[int]] = {}
@@ -172,13 +180,19 @@ class _Search:
     def grade(self, hosts: list[int], level: Level, domain_pool: int) -> tuple[object, ...]:
         fab = self.fab
         lower = [lv for lv in SEARCH_LEVELS if lv < level and lv > Level.HOST]
-        spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
         key = self.key
+        if level == Level.LEAF and not fab._multi_host_nvlink:
+            # All sets inside one leaf of single-host NVLink domains span the
+            # same and cost the same but for degraded links.
+            spans: tuple[int, ...] = ()
+            cost = fab._degraded_pairs(hosts) if fab._any_degraded else 0.0
+        else:
+            spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
+            cost = fab._cost(hosts)
         degraded = sum(key[i][0] for i in hosts)
         preferred = sum(1 - key[i][1] for i in hosts)
         slack = sum(key[i][2] for i in hosts)
-        return (spans, fab._cost(hosts), degraded, -preferred, domain_pool - len(hosts), slack,
-                min(hosts))
+        return (spans, cost, degraded, -preferred, domain_pool - len(hosts), slack, min(hosts))
 
     # ------------------------------------------------------------------- main
     def run(self) -> Placement | NoPlacement:
@@ -186,7 +200,9 @@ class _Search:
         n = shape.nodes
         if len(self.eligible) < n:
             return self.too_few()
-        best_at: dict[Level, tuple[int, int]] = {}
+        best_at: dict[Level, tuple[int, int]] = {
+            Level.HOST: (min(1, len(self.eligible)), self._best_gpus(Level.HOST)),
+        }
         dropped_any = 0
         for level in SEARCH_LEVELS:
             if level == Level.HOST and n > 1:

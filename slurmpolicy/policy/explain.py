@@ -51,6 +51,12 @@ LEVEL_WORD = {Level.NVLINK: "NVLink domain", Level.LEAF: "leaf", Level.SPINE: "s
               Level.CLUSTER: "cluster", Level.HOST: "host", Level.GPU: "host"}
 
 
+def _plural(word: str, n: int) -> str:
+    if n == 1:
+        return word
+    return "leaves" if word == "leaf" else word + "s"
+
+
 def request_text(ctx: Context, job: Job) -> str:
     policy = ctx.policy(job)
     gpn = job_gpus_per_node(job)
@@ -104,7 +110,8 @@ def _blocking(ctx: Context, job: Job, prio: priority.PriorityResult,
             _, why = deferral.target_begin(ctx, job)
             return "deferred", (f"deferred until {humanize((job.begin_time or ctx.now) - ctx.now)}"
                                 f" from now: {why}")
-        return "deferred", f"its begin time is {humanize((job.begin_time or ctx.now) - ctx.now)} away"
+        away = humanize((job.begin_time or ctx.now) - ctx.now)
+        return "deferred", f"its begin time is {away} away"
     if kind == "quota":
         return "quota", f"a limit holds it: {SLURM_REASONS.get(job.reason, job.reason)}"
     p = ctx.preemption_of_beneficiary.get(job.job_id)
@@ -128,16 +135,23 @@ def _blocking(ctx: Context, job: Job, prio: priority.PriorityResult,
         return "none", "it fits now; Slurm should start it at its next scheduling pass"
     free_total = ctx.free_gpus_for(job)
     shape = ctx.shape_of(job)
-    result = ctx.fabric.place(shape, ctx.free_map(job))
+    if shape.strict and shape.level < Level.CLUSTER:
+        sizes: dict[str, int] = {}
+        for h in ctx.eligible_hosts(job):
+            if ctx.gpus_of_type(h, shape.gpu_type)[0] >= shape.gpus_per_node:
+                d = ctx.domain_of(h, shape.level)
+                sizes[d] = sizes.get(d, 0) + 1
+        largest = max(sizes.values(), default=0)
+        if largest < shape.nodes:
+            word = LEVEL_WORD[shape.level]
+            return "topology", (f"topology: no {word} has {shape.nodes} hosts with "
+                                f"{shape.gpus_per_node} GPUs where it may run (the largest has "
+                                f"{largest}); --topology={ctx.policy(job).topology},strict can "
+                                "never be met")
     if free_total < gpus:
         return "resources", (f"{free_total} GPUs free where it may run; it needs {gpus}")
+    result = ctx.fabric.place(shape, ctx.free_map(job))
     reason = result.reason if isinstance(result, NoPlacement) else "placement found"
-    if shape.strict and shape.level < Level.CLUSTER:
-        loose = ctx.most_hosts_in_one_domain(ctx.free_map(job), shape.gpus_per_node,
-                                             Level.CLUSTER)
-        if loose >= shape.nodes:
-            return "topology", (f"topology: {reason}; without --topology=...,strict it "
-                                "would fit now")
     return "fragmentation", f"fragmentation: {reason}"
 
 
@@ -176,7 +190,8 @@ def _alternatives(ctx: Context, job: Job) -> tuple[Alternative, ...]:
             out.append(Alternative(change, result.start, result.basis_text(ctx.now)))
 
     if job.node_count > 1:
-        add(f"ask for {job.node_count // 2} nodes instead of {job.node_count}",
+        half = job.node_count // 2
+        add(f"ask for {half} node{'s' if half != 1 else ''} instead of {job.node_count}",
             nodes=job.node_count // 2)
     level, strict = ctx.level_of(job)
     if strict:
@@ -217,9 +232,17 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     prio = priority.compute(ctx)
     part = ctx.partitions_of(job)[0]
     order = prio.order.get(part, [])
-    position = next((i + 1 for i, j in enumerate(order) if j.job_id == job.job_id), None)
+    # Held, dependent and deferred jobs are not really ahead: they cannot start.
+    position = None
     ahead: dict[str, int] = {}
-    for other in order[:(position or 1) - 1]:
+    count = 0
+    for other in order:
+        if other.job_id == job.job_id:
+            position = count + 1
+            break
+        if ctx.blocked_by_slurm(other) in ("held", "dependency", "deferred"):
+            continue
+        count += 1
         name = ctx.job_class(other).name
         ahead[name] = ahead.get(name, 0) + 1
     kind, text = _blocking(ctx, job, prio, position)
@@ -244,7 +267,7 @@ def _explain_running(ctx: Context, job: Job, base: dict[str, object],
     placement = f"on {compress(job.nodes)}" if job.nodes else "on unknown nodes"
     if len(hosts) > 1:
         spans = ctx.fabric.spans(hosts) if hasattr(ctx.fabric, "spans") else {}
-        words = [f"{n} {LEVEL_WORD[lv]}{'s' if n != 1 else ''}"
+        words = [f"{n} {_plural(LEVEL_WORD[lv], n)}"
                  for lv, n in sorted(spans.items()) if lv in (Level.NVLINK, Level.LEAF,
                                                               Level.SPINE)]
         if words:

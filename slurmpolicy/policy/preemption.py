@@ -26,7 +26,7 @@ without them. A victim that ended by itself is not requeued.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import last_checkpoint
@@ -45,7 +45,7 @@ from slurmpolicy.policy.actions import (
 from slurmpolicy.policy.classes import lowest_preemptible_rank
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
-from slurmpolicy.topology.types import Level, NoPlacement
+from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
 DAY = 86400.0
 
@@ -134,7 +134,7 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
         hosts.append(h)
     free = {h: ctx.gpus_of_type(h, gpu_type)[1] for h in hosts}
     eligible: dict[int, Job] = {}
-    refusals: dict[str, int] = {}
+    refusals: dict[str, list[str]] = {}
     for h in hosts:
         for victim in ctx.running_by_host.get(h, ()):
             if victim.job_id in eligible or victim.job_id in state.taken:
@@ -143,10 +143,9 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             if why is None:
                 eligible[victim.job_id] = victim
             else:
-                key = why.split(" (")[0]
-                refusals[key] = refusals.get(key, 0) + 1
+                refusals.setdefault(why.split(" (")[0], []).append(why)
     if not eligible:
-        detail = "; ".join(f"{n} job(s): {w}" for w, n in sorted(refusals.items())[:3])
+        detail = "; ".join(f"{len(w)} job(s): {w[0]}" for _, w in sorted(refusals.items())[:3])
         return "no running job may be preempted for it" + (f" ({detail})" if detail else "")
     tiers = [
         [v for v in eligible.values() if ctx.can_checkpoint(v)],
@@ -172,7 +171,10 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             avail = {h: f for h, f in avail.items() if f > 0}
             if ctx.most_hosts_in_one_domain(avail, gpn, level) < shape.nodes:
                 break
-            placement = ctx.fabric.place(shape, avail)
+            # Hosts cheapest to free (least lost work; data hosts on ties) are
+            # preferred by place() among equally compact sets.
+            placement = ctx.fabric.place(
+                replace(shape, prefer=_cheapest_hosts(ctx, avail, free, by_host, shape)), avail)
             if isinstance(placement, NoPlacement):
                 last_reason = placement.reason
                 break
@@ -186,6 +188,25 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
                 return "it fits without preemption"
             return tuple(sorted(placement.hosts)), picked
     return last_reason
+
+
+def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
+                    by_host: dict[str, list[Job]], shape: Shape) -> frozenset[str]:
+    gpn = shape.gpus_per_node
+    costs = []
+    for h, f in avail.items():
+        if f < gpn:
+            continue
+        cost = 0.0
+        got = free.get(h, 0)
+        for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
+            if got >= gpn:
+                break
+            got += _gpus_on(v, h)
+            cost += lost_work(ctx, v)
+        costs.append((cost, h not in shape.prefer, h))
+    costs.sort()
+    return frozenset(h for _, _, h in costs[:shape.nodes])
 
 
 def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],

@@ -147,8 +147,11 @@ class ClusterBuilder:
             reservations=tuple(self.reservations))
 
     def fabric(self) -> Fabric:
-        from slurmpolicy.topology import synthetic_fabric
+        from slurmpolicy.topology import Fabric, synthetic_fabric
 
+        if self.gpu_types:
+            # Mixed GPU types: let the fabric read them from the nodes (leaves from features).
+            return Fabric.from_sources(self.nodes(), None, None)
         fab = synthetic_fabric(hosts=self.hosts, gpus_per_host=self.gpus,
                                hosts_per_nvlink=self.hosts_per_nvlink,
                                hosts_per_leaf=self.hosts_per_leaf,

@@ -411,15 +411,6 @@ class DevCluster:
             if port is not None and not 1024 <= port <= 65535 - nodes:
                 raise DevClusterError(f"{name} must be in 1024..{65535 - nodes}, got {port}")
         self.state_dir = Path(state_dir).expanduser().absolute()
-        # slurmd puts unix sockets named <node>_<job>.<step> in its spool dir;
-        # sun_path holds 108 bytes.
-        last = f"{node_prefix}{nodes:0{max(2, len(str(nodes)))}d}"
-        longest = len(f"{self.state_dir}/spool/slurmd.{last}/{last}_67043328.4294967291")
-        if longest > 107:
-            raise DevClusterError(
-                f"state dir {self.state_dir} is too long ({len(str(self.state_dir))} characters): "
-                "slurmd's socket paths under it would exceed 107 bytes; choose a shorter one"
-            )
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.gpu_type = gpu_type
@@ -529,6 +520,15 @@ class DevCluster:
 
     def _check_state_dir(self) -> dict[str, object] | None:
         """Refuse a state directory that belongs to something else; return its marker."""
+        # slurmd puts unix sockets named <node>_<job>.<step> in its spool dir;
+        # sun_path holds 108 bytes.
+        last = self.node_names[-1]
+        longest = len(f"{self.state_dir}/spool/slurmd.{last}/{last}_67043328.4294967291")
+        if longest > 107:
+            raise DevClusterError(
+                f"state dir {self.state_dir} is too long ({len(str(self.state_dir))} characters): "
+                "slurmd's socket paths under it would exceed 107 bytes; choose a shorter one"
+            )
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise DevClusterError(f"state dir {self.state_dir} exists and is not a directory")
         marker = self._read_marker()
@@ -847,6 +847,15 @@ class DevCluster:
         with _global_lock():
             ctld_port, slurmd_ports = self._choose_ports(marker)
             self.write_config(ctld_port, slurmd_ports)
+            if self.munged != "running":
+                # Say so where status() and a person will find it: this munged
+                # now serves the whole machine and outlives the cluster.
+                pid = _read_pid(Path("/run/munge/munged.pid"))
+                (self.run_dir / "munged-started.json").write_text(json.dumps({
+                    "pid": pid, "started_at": time.time(),
+                    "note": "munged started by `devcluster up`; left running on down "
+                            "(a shared system service)",
+                }) + "\n")
             started: list[int] = []
             try:
                 started.append(self._start(
@@ -945,53 +954,72 @@ class DevCluster:
             return None
         return pid
 
+    def _recorded_node_names(self, marker: Mapping[str, object] | None) -> list[str]:
+        """The nodes the state dir's cluster was started with (they may differ from ours)."""
+        names = marker.get("node_names") if marker else None
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return [str(n) for n in names]
+        return self.node_names
+
     def status(self) -> ClusterStatus:
         """Daemons (from pid files), controller reachability and node states."""
         marker = self._read_marker()
         if marker is None:
             return ClusterStatus(self.state_dir, self.cluster_name, False, None, (), False, {},
                                  self.munged)
-        self.load()
         ctld_pid = _read_pid(self.ctld_pid_file)
         ctld = DaemonStatus("slurmctld", ctld_pid, self._owned_pid(self.ctld_pid_file) is not None)
         slurmds = tuple(
             DaemonStatus(f"slurmd.{n}", _read_pid(self.slurmd_pid_file(n)),
                          self._owned_pid(self.slurmd_pid_file(n)) is not None)
-            for n in self.node_names
+            for n in self._recorded_node_names(marker)
         )
         responds = ctld.alive and self.controller_responds()
         states = self.node_states() if responds else {}
-        munged = self.munged if self.munged != "unknown" else (
-            "running" if munge_works() else "not running")
+        munged = self.munged
+        if munged == "unknown":
+            munged = "running" if munge_works() else "not running"
+            note = self.run_dir / "munged-started.json"
+            if munged == "running" and note.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    info = json.loads(note.read_text())
+                    when = time.strftime("%Y-%m-%d %H:%M:%S",
+                                         time.localtime(float(info["started_at"])))
+                    munged = (f"running (started by devcluster up at {when}, pid {info['pid']}; "
+                              "left running: a shared system service)")
         return ClusterStatus(self.state_dir, self.cluster_name, True, ctld, slurmds, responds,
                              states, munged)
 
     # ---------------------------------------------------------------- down
-    def _stepd_pids(self) -> list[int]:
-        """slurmstepd processes of this cluster: they carry our tag in their environment."""
+    def _tagged_pids(self) -> list[int]:
+        """Processes our daemons spawned (slurmstepd, slurmscriptd, ...): they inherit
+        the tag ``_daemon_env`` puts in the daemons' environment. Job processes do
+        not (they get the submitter's environment); they are found under slurmstepd."""
         tag = str(self.state_dir)
         out = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == os.getpid():
                 continue
             pid = int(entry)
-            if "slurmstepd" not in _proc_cmdline(pid):
-                continue
-            if _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
+            if _pid_alive(pid) and _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
                 out.append(pid)
         return out
+
+    def _stepd_pids(self) -> list[int]:
+        """slurmstepd processes of this cluster."""
+        return [p for p in self._tagged_pids() if "slurmstepd" in _proc_cmdline(p)]
 
     def down(self, timeout: float = 30) -> list[int]:
         """Stop the daemons ``up`` started (by pid file) and the job steps they spawned.
 
         Returns the pids it stopped. munged is never stopped: it is a shared service.
         """
-        if self._read_marker() is None and not self.run_dir.exists():
+        marker = self._read_marker()
+        if marker is None and not self.run_dir.exists():
             return []
-        self.load()
+        nodes = self._recorded_node_names(marker)
         targets: list[int] = []
-        for pid_file in [*(self.slurmd_pid_file(n) for n in self.node_names),
-                         self.ctld_pid_file]:
+        for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = self._owned_pid(pid_file)
             if pid is not None:
                 targets.append(pid)
@@ -999,18 +1027,19 @@ class DevCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         self._wait_gone(targets, timeout)
-        # Job steps outlive slurmd; stop them and the job processes under them.
-        stepds = self._stepd_pids()
-        if stepds:
+        # Job steps outlive slurmd; stop them and the job processes under them,
+        # and whatever else our daemons left (slurmscriptd and its scripts).
+        leftovers = self._tagged_pids()
+        if leftovers:
             children = _children_map()
-            victims = [d for p in stepds for d in _descendants(p, children)] + stepds
+            victims = list(dict.fromkeys(
+                [d for p in leftovers for d in _descendants(p, children)] + leftovers))
             for pid in victims:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             self._wait_gone(victims, timeout)
             targets += victims
-        for pid_file in [*(self.slurmd_pid_file(n) for n in self.node_names),
-                         self.ctld_pid_file]:
+        for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = _read_pid(pid_file)
             if pid is None or not _pid_alive(pid):
                 pid_file.unlink(missing_ok=True)

@@ -25,10 +25,12 @@ Unknown fields are ignored; a missing required field raises
 from __future__ import annotations
 
 import functools
+import gc
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -276,6 +278,8 @@ def _parse_error(exc: Exception, what: str) -> SlurmParseError:
 
 def num(value: N) -> int | float | None:
     """A plain number, or None for unset / infinite / Slurm's NO_VAL sentinels."""
+    if type(value) is int:  # the common case, first: this runs ~10x per job
+        return value if value < _NO_VAL else None
     if value is None:
         return None
     if isinstance(value, Num):
@@ -512,7 +516,7 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
     array_job = _opt_id(r.array_job_id)
     array_task = num(r.array_task_id)
     het_job = _opt_id(r.het_job_id)
-    return Job(
+    return make_job(
         job_id=r.job_id,
         name=r.name,
         user=r.user_name,
@@ -553,11 +557,50 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
     )
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic collector while 20,000 records are built.
+
+    Every new Job is a container the collector tracks, so building a listing
+    triggers dozens of full passes over objects that hold no cycles.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_JOB_SETTERS = tuple((name, Job.__dict__[name].__set__) for name in _JOB_FIELDS)
+_new = object.__new__
+
+
+def make_job(**values: Any) -> Job:
+    """``Job(**values)`` at half the cost, for listings of 20,000 jobs.
+
+    A frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for
+    each of its ~40 fields; setting the slots through their descriptors does
+    the same work with less overhead. Only used when every field is given
+    (job_from_record does so); anything else takes the ordinary constructor,
+    so a field added to Job later cannot be left unset.
+    """
+    if len(values) != len(_JOB_FIELDS):
+        return Job(**values)
+    job = _new(Job)
+    for name, setter in _JOB_SETTERS:
+        setter(job, values[name])
+    return job
+
+
 def decode_jobs(raw: bytes, site_factors: Mapping[int, int] = MappingProxyType({}),
                 now: float | None = None) -> tuple[list[Job], str, str, float | None]:
     """``squeue --json`` -> (jobs, Slurm release, cluster name, last_update)."""
     doc: JobsDoc = decode(raw, JobsDoc, "squeue --json")
-    jobs = [job_from_record(r, site_factors, now) for r in doc.jobs]
+    with _no_cyclic_gc():
+        jobs = [job_from_record(r, site_factors, now) for r in doc.jobs]
     cluster = doc.meta.cluster or next((r.cluster for r in doc.jobs if r.cluster), "")
     return jobs, doc.meta.release, cluster, epoch(doc.last_update)
 

@@ -9,7 +9,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +17,11 @@ import pytest
 from slurmpolicy.errors import DevClusterError
 from slurmpolicy.slurm.devcluster import DevCluster, _pid_alive
 
-from .slurmtools import TEST_USER, LiveCluster, wait_until
+from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
 
 pytestmark = pytest.mark.slurm
+
+Factory = Callable[..., LiveCluster]
 
 
 def test_up_gives_eight_idle_nodes_with_eight_gpus(devcluster: LiveCluster) -> None:
@@ -105,19 +107,22 @@ def test_gres_is_really_scheduled(devcluster: LiveCluster) -> None:
 
 
 def test_site_factor_changes_priority(devcluster: LiveCluster) -> None:
+    """The multifactor plugin adds the site factor and keeps computing the rest."""
     wd = devcluster.workdir()
-    job = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--hold", "-t", "5"], workdir=wd)
+    # Pending (BeginTime) but not held: a held job's priority is 0.
+    job = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--begin=now+1hour", "-t", "5"],
+                            workdir=wd)
     try:
         before = int(devcluster.wait_state(job, "PENDING")["Priority"])
+        assert before > 0
         devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=5000")
         after = int(devcluster.scontrol_show_job(job)["Priority"])
-        # Held jobs have priority 0 in some releases; compare on the released job too.
-        devcluster.slurm_cmd("scontrol", "release", str(job))
-        released = devcluster.scontrol_show_job(job)
-        assert int(released["Priority"]) - before >= 4000 or after - before >= 4000, (
-            before, after, released["Priority"])
+        assert 4990 <= after - before <= 5010, (before, after)
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=0")
+        back = int(devcluster.scontrol_show_job(job)["Priority"])
+        assert abs(back - before) <= 10, (before, back)
     finally:
-        devcluster.slurm_cmd("scontrol", "release", str(job), check=False)
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
     devcluster.wait_state(job, "COMPLETED", timeout=60)
 
 
@@ -157,10 +162,85 @@ def test_requeue_puts_a_running_job_back_in_the_queue(devcluster: LiveCluster) -
     devcluster.wait_state(job, "COMPLETED", timeout=60)
 
 
+def test_reservation_can_be_created_and_deleted(devcluster: LiveCluster) -> None:
+    name = "sp_test_maint"
+    devcluster.slurm_cmd("scontrol", "create", "reservation", f"ReservationName={name}",
+                         "StartTime=now+1day", "Duration=240", "Nodes=gpu07", "Flags=MAINT",
+                         "Users=root")
+    try:
+        shown = devcluster.slurm_cmd("scontrol", "show", "reservation", name, "-o").stdout
+        rec = parse_scontrol_line(shown.strip())
+        assert rec["ReservationName"] == name and rec["Nodes"] == "gpu07", rec
+        assert "MAINT" in rec["Flags"] and rec["Duration"] == "04:00:00", rec
+    finally:
+        devcluster.slurm_cmd("scontrol", "delete", f"ReservationName={name}")
+    gone = devcluster.slurm_cmd("scontrol", "show", "reservation", name, check=False)
+    assert "not found" in (gone.stdout + gone.stderr)
+
+
 # ---------------------------------------------------------------- own clusters
 
 
-def test_down_leaves_no_process_behind(devcluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_prod_job_preempts_a_research_job_by_requeue(devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=2, racks=1)
+    wd = cluster.workdir()
+    research = cluster.submit(cluster.hold_script(), workdir=wd,
+                              extra_args=["-p", "research", "--gres=gpu:2", "--requeue", "-t", "5"])
+    cluster.wait_state(research, "RUNNING")
+    prod = cluster.submit(cluster.hold_script(), workdir=wd,
+                          extra_args=["-p", "prod", "--gres=gpu:2", "-t", "5"])
+    try:
+        cluster.wait_state(prod, "RUNNING", timeout=60)
+        info = cluster.wait_state(research, {"PENDING", "REQUEUED", "PREEMPTED"}, timeout=30)
+        again = wait_until(lambda: cluster.scontrol_show_job(research).get("Restarts") == "1"
+                           or None, timeout=30, what="research job requeued")
+        assert again and info["JobState"] != "RUNNING"
+    finally:
+        cluster.release(prod, wd)
+        cluster.release(research, wd)
+    cluster.wait_state(prod, "COMPLETED", timeout=60)
+
+
+REJECTING_LUA = """\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.name == "forbidden" then
+        slurm.log_user("devcluster test plugin: the name 'forbidden' is refused")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+return slurm.SUCCESS
+"""
+
+
+def test_job_submit_lua_is_installed_and_replaceable(devcluster_factory: Factory,
+                                                     tmp_path: Path) -> None:
+    lua = tmp_path / "job_submit.lua"
+    lua.write_text(REJECTING_LUA)
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
+                                              job_submit_lua=lua)
+    assert (cluster.conf_dir / "job_submit.lua").read_text() == REJECTING_LUA
+    with pytest.raises(AssertionError, match="the name 'forbidden' is refused"):
+        cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "forbidden"])
+    ok = cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "allowed"])
+    cluster.wait_state(ok, "COMPLETED")
+    cluster.install_job_submit_lua(None)  # back to the pass-through plugin
+    job = wait_until(lambda: _try_submit(cluster, "forbidden"), timeout=30,
+                     what="the pass-through plugin to accept the job")
+    cluster.wait_state(job, "COMPLETED")
+
+
+def _try_submit(cluster: LiveCluster, name: str) -> int | None:
+    try:
+        return cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", name])
+    except AssertionError:
+        return None
+
+
+def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=2, racks=1)
     wd = cluster.workdir()
     job = cluster.submit(cluster.hold_script(), extra_args=["-t", "5"], workdir=wd)
@@ -176,11 +256,12 @@ def test_down_leaves_no_process_behind(devcluster_factory) -> None:  # type: ign
     assert not any(_pid_alive(p) for p in stopped)
     assert cluster.status().stopped
     assert not cluster._stepd_pids()
+    assert not cluster._tagged_pids()  # nor slurmscriptd, nor anything else they spawned
     # down is idempotent
     assert cluster.down() == []
 
 
-def test_up_again_after_down_and_up_is_idempotent(devcluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -> None:
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=1, racks=2)
     first = cluster.status()
     assert cluster.up().slurmctld == first.slurmctld  # already up: nothing restarted
@@ -188,6 +269,12 @@ def test_up_again_after_down_and_up_is_idempotent(devcluster_factory) -> None:  
     again = cluster.up()
     assert again.running and again.slurmctld != first.slurmctld
     assert set(again.node_states) == {"gpu01", "gpu02"}
+    # The same state dir takes another shape after a down.
+    cluster.down()
+    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    reshaped = bigger.up()
+    assert set(reshaped.node_states) == {"gpu01", "gpu02", "gpu03"}
+    assert len(cluster.status().slurmds) == 3  # status follows the state dir's record
 
 
 @pytest.fixture
@@ -228,7 +315,7 @@ def test_missing_slurm_names_the_install_command(short_tmp: Path) -> None:
 
 def test_too_long_state_dir_is_refused() -> None:
     with pytest.raises(DevClusterError, match="too long"):
-        DevCluster("/tmp/" + "x" * 90)
+        DevCluster("/tmp/" + "x" * 90).up()
 
 
 def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
@@ -250,7 +337,7 @@ def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
     return root
 
 
-def test_slurm_prefix_is_used(devcluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_slurm_prefix_is_used(devcluster_factory: Factory, tmp_path: Path) -> None:
     prefix = _fake_prefix(tmp_path / "prefix")
     cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
                                               slurm_prefix=prefix)

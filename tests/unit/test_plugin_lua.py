@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from directives_support.cases import CASES, SITE, script
+from directives_support.lua import Case, Outcome, interpreters, run
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -17,10 +19,7 @@ from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.plugin import lua_literal, lua_string, render
 from slurmpolicy.settings import Settings
 
-from directives_support.cases import CASES, SITE, script
-from directives_support.lua import LIBLUA51, LUA53, Case, Outcome, run
-
-INTERPRETERS = [LUA53, LIBLUA51]
+INTERPRETERS = interpreters()
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -92,7 +91,8 @@ def test_lua_admin_comment_parses_back_to_the_python_policy(site_plugin):
     assert python.can_checkpoint and python.defer_window == "night" and python.topology_strict
 
 
-def test_modify_refuses_what_the_directives_refuse(site_plugin):
+@pytest.mark.parametrize("interpreter", INTERPRETERS)
+def test_modify_refuses_what_the_directives_refuse(site_plugin, interpreter):
     prod = "spolicy:v1 class=production ckpt=signal:USR1,grace=120"
     nockpt = "spolicy:v1 class=research ckpt=none"
     research = "spolicy:v1 class=research ckpt=signal:USR1,grace=60"
@@ -108,7 +108,7 @@ def test_modify_refuses_what_the_directives_refuse(site_plugin):
         Case("modify", nockpt.encode(), extra="requeue0"),               # nothing to requeue
         Case("modify", research.encode(), account="vision"),             # unrestricted class
     ]
-    rcs = [o.rc for o in run(site_plugin, cases)]
+    rcs = [o.rc for o in run(site_plugin, cases, interpreter)]
     denied = "2002"
     assert rcs == [denied, "0", "0", denied, "0", denied, "0", denied, "0", "0"]
 
@@ -177,12 +177,41 @@ def _scripts(draw: st.DrawFn) -> bytes:
     return ("#!/bin/bash\n" + "\n".join(lines) + "\n").encode("latin-1") + tail
 
 
+@pytest.mark.parametrize("interpreter", INTERPRETERS)
 @hsettings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(_scripts(), st.sampled_from([None, "prod", "vision"]),
-                          st.sampled_from([None, "batch", "gpu"])), min_size=150, max_size=150))
-def test_random_scripts_get_identical_verdicts(batch):
+@given(batch=st.lists(st.tuples(_scripts(), st.sampled_from([None, "prod", "vision"]),
+                                st.sampled_from([None, "batch", "gpu"])),
+                      min_size=150, max_size=150))
+def test_random_scripts_get_identical_verdicts(interpreter, batch):
     plugin = render(SITE)
     cases = [Case("submit", body, account=account, partition=partition)
              for body, account, partition in batch]
-    for (body, account, partition), outcome in zip(batch, run(plugin, cases), strict=True):
+    outcomes = run(plugin, cases, interpreter)
+    for (body, account, partition), outcome in zip(batch, outcomes, strict=True):
         assert outcome == expected(body, account, partition), body
+
+
+def test_render_refuses_names_the_plugin_cannot_compare():
+    from slurmpolicy import settings as settings_mod
+    from slurmpolicy.errors import ConfigError
+
+    odd = settings_mod.from_mapping({
+        "classes": {"r\u00e9search": {"weight": 1, "rank": 1}}, "default_class": "r\u00e9search"})
+    with pytest.raises(ConfigError, match=r"\$\.classes\.r\u00e9search"):
+        render(odd)
+    spaced = settings_mod.from_mapping({"preemption": {"no_checkpoint_partitions": ["a b"]}})
+    with pytest.raises(ConfigError, match="no_checkpoint_partitions"):
+        render(spaced)
+
+
+def test_a_user_cannot_smuggle_our_wire_form_in_at_submit(site_plugin):
+    plain = script("#SBATCH -N 1")
+    forged = "spolicy:v1_class=production"
+    outcomes = run(site_plugin, [
+        Case("submitac", plain, uid=1000, extra=forged),           # user, no directives
+        Case("submitac", plain, uid=0, extra=forged),              # root may
+        Case("submitac", plain, uid=1000, extra="site_note"),      # not ours: untouched
+        Case("submitac", script("#SPOLICY --class=experimental"), uid=1000, extra=forged),
+    ])
+    assert [o.admin for o in outcomes] == [
+        "", "spolicy:v1 class=production", "site note", "spolicy:v1 class=experimental"]

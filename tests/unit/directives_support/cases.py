@@ -112,7 +112,7 @@ CASES: dict[str, tuple[bytes, str | None, str | None, str | None]] = {
     "gpu memory big": (script("#SPOLICY --min-gpu-memory=5000G"), None, None, None),
     "data bad": (script("#SPOLICY --data=../etc"), None, None, None),
     "data too long": (script("#SPOLICY --data=" + "d" * 200), None, None, None),
-    "window unknown": (script("#SPOLICY --deferrable=nite"), None, None, None),
+    "window unknown": (script("#SPOLICY --deferrable=nigth"), None, None, None),
     "window deadline bad": (script("#SPOLICY --deferrable=night,deadlin=1d"), None, None, None),
     "window deadline range": (script("#SPOLICY --deferrable=night,deadline=60d"), None, None,
                               None),

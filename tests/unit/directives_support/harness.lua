@@ -4,7 +4,8 @@
 --
 -- usage: lua harness.lua PLUGIN CASES OUT
 -- CASES holds records "<kind> <uid> <account> <partition> <extra> <nbytes>\n<nbytes of
--- script or admin_comment>\n"; "-" means nil. kind: submit | modify | duration.
+-- script or admin_comment>\n"; "-" means nil. kind: submit | submitac (extra: the
+-- admin_comment sent, "_" for spaces) | modify | duration | bench (extra: repetitions).
 -- OUT gets one block per case: lines "RC n", "ADMIN text", "REQUEUE n", "MSG text", "END".
 local plugin_path, cases_path, out_path = arg[1], arg[2], arg[3]
 
@@ -44,10 +45,23 @@ while pos <= #data do
   if kind == "duration" then
     local v = _SPOLICY.parse_duration(body)
     out:write("RC ", v == nil and "nil" or string.format("%d", v), "\n")
-  elseif kind == "submit" then
+  elseif kind == "bench" then
+    -- extra: repetitions; prints CPU seconds per slurm_job_submit call
+    local reps = tonumber(extra)
+    local t0 = os.clock()
+    for _ = 1, reps do
+      slurm_job_submit({ script = cstring(body) }, {}, tonumber(uid))
+    end
+    out:write("RC ", string.format("%.9f", (os.clock() - t0) / reps), "\n")
+  elseif kind == "submit" or kind == "submitac" then
     local part_list = {}
-    if opt(extra) then part_list[extra] = { flag_default = 1 } end
     local job_desc = { script = cstring(body), account = opt(account), partition = opt(partition) }
+    if kind == "submitac" then
+      job_desc.admin_comment = extra  -- what the submitter sent (underscores for spaces)
+      job_desc.admin_comment = string.gsub(job_desc.admin_comment, "_", " ")
+    elseif opt(extra) then
+      part_list[extra] = { flag_default = 1 }
+    end
     local rc = slurm_job_submit(job_desc, part_list, tonumber(uid))
     out:write("RC ", tostring(rc), "\n")
     out:write("ADMIN ", tostring(job_desc.admin_comment), "\n")

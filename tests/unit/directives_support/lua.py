@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,8 +94,8 @@ def run(plugin: str, cases: list[Case], interpreter: str = LUA53) -> list[Outcom
         (d / "plugin.lua").write_text(plugin, encoding="utf-8")
         (d / "cases.bin").write_bytes(_encode(cases))
         args = [str(d / "plugin.lua"), str(d / "cases.bin"), str(d / "out.txt")]
-        if interpreter == LUA53:
-            cmd = [LUA53, str(HARNESS), *args]
+        if not interpreter.endswith((".so", ".so.0")):  # a lua program: lua5.3, lua5.4
+            cmd = [interpreter, str(HARNESS), *args]
         else:
             cmd = [sys.executable, "-c", _CTYPES_RUNNER, interpreter, str(HARNESS), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -104,6 +105,14 @@ def run(plugin: str, cases: list[Case], interpreter: str = LUA53) -> list[Outcom
     if len(outcomes) != len(cases):
         raise RuntimeError(f"{len(cases)} cases but {len(outcomes)} outcomes")
     return outcomes
+
+
+def interpreters() -> list[str]:
+    """lua5.3 and liblua5.1 always (the project needs them); lua5.4 too when installed."""
+    found = [LUA53, LIBLUA51]
+    if shutil.which("lua5.4"):
+        found.append("lua5.4")
+    return found
 
 
 def liblua51_available() -> bool:
