@@ -252,8 +252,37 @@ def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Setting
                 raise ConfigError(f"{source}: {exc} - at `$.{section}.{key}`") from exc
     try:
         return msgspec.convert(converted, Settings, strict=True)
-    except (msgspec.ValidationError, ValueError) as exc:
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_name_table_key(converted, str(exc))}") from exc
+    except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+
+
+#: Tables whose keys are names the site chose; msgspec writes them as ``[...]``.
+_NAMED_TABLES: tuple[tuple[tuple[str, ...], type[msgspec.Struct]], ...] = (
+    (("classes",), PriorityClass),
+    (("deferral", "windows"), Window),
+)
+
+
+def _name_table_key(data: Mapping[str, Any], message: str) -> str:
+    """Put the name of the bad entry where msgspec wrote ``[...]``."""
+    for path, kind in _NAMED_TABLES:
+        dotted = "$." + ".".join(path)
+        if f"{dotted}[...]" not in message:
+            continue
+        table: Any = data
+        for part in path:
+            table = table.get(part, {}) if isinstance(table, Mapping) else {}
+        if not isinstance(table, Mapping):
+            continue
+        for name, value in table.items():
+            try:
+                msgspec.convert(value, kind, strict=True)
+            except msgspec.ValidationError as inner:
+                text, _, where = str(inner).rpartition(" - at `$")
+                return f"{text} - at `{dotted}.{name}{where}" if text else message
+    return message
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Settings:

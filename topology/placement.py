@@ -72,10 +72,17 @@ class _Search:
         usable, types, mems = fab._usable, fab._gpu_type, fab._gpu_mem
         prefer = shape.prefer
         host_up, gpu_degraded = fab._host_up, fab._gpu_degraded
-        for i, h in enumerate(fab.hosts):
-            f = free.get(h, 0)
+        hosts = fab.hosts
+        if len(free) * 2 < len(hosts):
+            # A sparse map (only hosts with free GPUs): walk it, in host order.
+            index = fab._index
+            pairs = sorted((index[h], f) for h, f in free.items() if f > 0 and h in index)
+        else:
+            pairs = [(i, free.get(h, 0)) for i, h in enumerate(hosts)]
+        for i, f in pairs:
             if f <= 0:
                 continue
+            h = hosts[i]
             if want_type is not None and (types[i] or "").lower() != want_type:
                 self.wrong_type += 1
                 continue
@@ -243,10 +250,15 @@ class _Search:
         hosts = sorted(hosts)
         spans = fab._spans(hosts)
         level = next(lv for lv in SEARCH_LEVELS if spans[lv] == 1)
-        degraded = any(self.key[i][0] for i in hosts) or (
-            len(hosts) > 1 and any(
-                fab._leaf_up[fab._dom[Level.LEAF][i]] == Health.DEGRADED for i in hosts
-            ) and spans[Level.LEAF] > 1
+        bad = Health.DEGRADED
+        leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
+        # Which links the set uses: IB uplinks once it leaves an NVLink domain,
+        # leaf uplinks once it leaves a leaf, spine uplinks once it leaves a spine.
+        degraded = (
+            any(fab._gpu_degraded[i] for i in hosts)
+            or (spans[Level.NVLINK] > 1 and any(fab._host_up[i] == bad for i in hosts))
+            or (spans[Level.LEAF] > 1 and any(fab._leaf_up[leaf[i]] == bad for i in hosts))
+            or (spans[Level.SPINE] > 1 and any(fab._spine_up[spine[i]] == bad for i in hosts))
         )
         return Placement(hosts=tuple(fab.hosts[i] for i in hosts), level=level,
                          spans={lv: spans[lv] for lv in SEARCH_LEVELS},

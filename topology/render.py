@@ -31,8 +31,13 @@ def render_tree(fab: Fabric) -> str:
     # Hosts no source put under a leaf sit alone in a leaf named after themselves.
     real = {name: hosts for name, hosts in leaves.items()
             if not (len(hosts) == 1 and hosts[0] == name and name not in parents)}
+    speed = fab.spec.link_speed
+
+    def ls(name: str) -> str:
+        return f" LinkSpeed={speed[name]}" if name in speed else ""
+
     for name in sorted(real, key=_order):
-        lines.append(f"SwitchName={name} Nodes={compress(real[name])}")
+        lines.append(f"SwitchName={name} Nodes={compress(real[name])}{ls(name)}")
     children: dict[str, list[str]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
@@ -45,7 +50,8 @@ def render_tree(fab: Fabric) -> str:
         if not ready:  # cannot happen for a tree; parsing refused cycles
             ready = pending[:1]
         for s in ready:
-            lines.append(f"SwitchName={s} Switches={compress(sorted(children[s], key=_order))}")
+            lines.append(f"SwitchName={s} Switches={compress(sorted(children[s], key=_order))}"
+                         f"{ls(s)}")
             emitted.add(s)
             pending.remove(s)
     return "\n".join(lines) + "\n"
@@ -84,6 +90,7 @@ def render_yaml(fab: Fabric) -> str:
     for line in render_tree(fab).splitlines():
         if line.startswith("#"):
             continue
+        # topology.yaml(5) has no link speed.
         fields = dict(part.split("=", 1) for part in line.split())
         lines.append(f"    - switch: {fields['SwitchName']}")
         if "Nodes" in fields:

@@ -243,6 +243,12 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     low = lowest_preemptible_rank(ctx.settings)
     if not s.enabled or low is None:
         return []
+    # Only classes above some running preemptible job can ever find a victim.
+    running_ranks = [ctx.job_class(j).rank for j in ctx.running
+                     if ctx.job_class(j).spec.preemptible]
+    if not running_ranks:
+        return []
+    low = max(low, min(running_ranks))
     candidates = []
     for job in ctx.pending:
         cls = ctx.job_class(job)

@@ -371,13 +371,20 @@ def gpus_by_type(text: str) -> Mapping[str, int]:
     return MappingProxyType(out) if out else EMPTY_GRES
 
 
+@functools.lru_cache(maxsize=4096)
+def gpu_info(text: str) -> tuple[int, str | None]:
+    """(GPU count, the one GPU type or None) of a GRES/TRES string; cached."""
+    by_type = gpus_by_type(text)
+    types = [t for t in by_type if t]
+    return sum(by_type.values()), (types[0] if len(types) == 1 else None)
+
+
 def gpu_count(text: str) -> int:
-    return sum(gpus_by_type(text).values())
+    return gpu_info(text)[0]
 
 
 def gpu_type_of(text: str) -> str | None:
-    types = [t for t in gpus_by_type(text) if t]
-    return types[0] if len(types) == 1 else None
+    return gpu_info(text)[1]
 
 
 # --------------------------------------------------------------------------
@@ -477,11 +484,10 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
     except ValueError as exc:
         raise SlurmParseError(f"job {r.job_id}: field `job_state`: {exc}") from exc
     node_count = int_or(r.node_count, 1) or 1
-    per_node = gpu_count(r.tres_per_node)
-    gpu_type = gpu_type_of(r.tres_per_node)
-    per_job = gpu_count(r.tres_per_job)
+    per_node, gpu_type = gpu_info(r.tres_per_node)
+    per_job, job_type = gpu_info(r.tres_per_job) if r.tres_per_job else (0, None)
     if per_job and not gpu_type:
-        gpu_type = gpu_type_of(r.tres_per_job)
+        gpu_type = job_type
     try:
         hosts = tuple(expand(r.nodes)) if r.nodes else ()
     except HostlistError as exc:
@@ -491,9 +497,9 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
         # gres_detail lists one entry per allocated node, in hostlist order.
         counts: dict[str, int] = {}
         for host, detail in zip(hosts, r.gres_detail, strict=False):
-            counts[host] = gpu_count(detail)
+            counts[host], detail_type = gpu_info(detail)
             if not gpu_type:
-                gpu_type = gpu_type_of(detail)
+                gpu_type = detail_type
         on_node = MappingProxyType(counts)
     elif hosts and per_node:
         on_node = MappingProxyType(dict.fromkeys(hosts, per_node))
@@ -698,28 +704,16 @@ def decode_reservations(raw: bytes) -> list[Reservation]:
 
 # A new field starts at a space followed by a key; Slurm's keys start with an
 # upper-case letter (AllocNode:Sid, CPUs/Task, MCS_label). Free-text values
-# (Reason, OS, Comment) may hold spaces and even "word=value", which is why
-# each kind of record names its keys and only those start a field.
+# (Reason, OS, Comment) may hold spaces and even "word=value": where such
+# fields occur (nodes, jobs) the caller names the record's keys and only those
+# start a field. Partitions and reservations, written by admins, need not.
 _KEY = re.compile(r"(?:^| )([A-Z][A-Za-z0-9_/:]*)=")
+
 
 def _keys(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-PARTITION_KEYS = _keys(
-    "PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime "
-    "DisableRootJobs ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN "
-    "MaxCPUsPerNode Nodes PriorityJobFactor PriorityTier RootOnly ReqResv OverSubscribe "
-    "OverTimeLimit PreemptMode State TotalCPUs TotalNodes SelectTypeParameters JobDefaults "
-    "DefMemPerNode MaxMemPerNode TRES DenyAccounts DenyQos Alternate PowerDownOnIdle "
-    "SuspendTime SuspendTimeout ResumeTimeout MaxCPUsPerSocket DefMemPerCPU MaxMemPerCPU "
-    "TRESBillingWeights NodeSets CpuBind"
-)
-RESERVATION_KEYS = _keys(
-    "ReservationName StartTime EndTime Duration Nodes NodeCnt CoreCnt Features PartitionName "
-    "Flags TRES Users Groups Accounts Licenses State BurstBuffer Watts MaxStartDelay Comment "
-    "NodeName CoreIDs"
-)
 NODE_KEYS = _keys(
     "NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures "
     "ActiveFeatures Gres GresDrain GresUsed NodeAddr NodeHostName Port Version OS RealMemory "
@@ -768,7 +762,9 @@ def partitions_from_text(text: str) -> list[Partition]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        f = parse_oneliner(line, PARTITION_KEYS)
+        # Any capitalised Key= starts a field: partition values hold no
+        # spaces, and a key a newer Slurm adds must not run into Nodes=.
+        f = parse_oneliner(line)
         name = _require(f, "PartitionName", "scontrol show partitions -o")
         try:
             out.append(Partition(
@@ -792,7 +788,7 @@ def reservations_from_text(text: str) -> list[Reservation]:
     for line in text.splitlines():
         if not line.strip() or line.startswith("No reservations"):
             continue
-        f = parse_oneliner(line, RESERVATION_KEYS)
+        f = parse_oneliner(line)
         name = _require(f, "ReservationName", "scontrol show reservations -o")
         try:
             out.append(Reservation(

@@ -264,7 +264,8 @@ class PySlurmClient:
             raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
         number = _signal.Signals["SIG" + parse_signal(signal)]
         with _rpc(f"pyslurm Job({job_id}).send_signal({number.name})"):
-            pyslurm.Job(_check_id(job_id)).send_signal(number, steps=target)
+            # A plain int: pyslurm's signal_to_num tests str(sig).isnumeric().
+            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=target)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         import pyslurm
@@ -338,11 +339,13 @@ def _dependency_text(deps: Any) -> str:
         return ""
     if isinstance(deps, str):
         return deps
+    deps = dict(deps)
     parts = []
-    for kind, ids in dict(deps).items():
+    for kind, ids in deps.items():
         if isinstance(ids, list | tuple) and ids:
             parts.append(f"{kind}:{':'.join(str(i) for i in ids)}")
         elif ids is True:
             parts.append(str(kind))
-    return ",".join(parts)
+    # pyslurm's "satisfy": "any" stands for Slurm's "?" separator.
+    return ("?" if deps.get("satisfy") == "any" else ",").join(parts)
 

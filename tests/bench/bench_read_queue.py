@@ -180,6 +180,17 @@ def run_devcluster(live_jobs: int) -> None:
         print(f"  raw `squeue --all --json`:        {squeue_s:7.3f} s  "
               f"({len(raw) / 2**20:.1f} MiB, {len(snap.jobs)} jobs)")
         print(f"  JsonCliClient.snapshot() (5 calls): {snap_s:7.3f} s")
+        from slurmpolicy.slurm import pyslurm_client
+
+        reason = pyslurm_client.unavailable_reason(env=cluster.env())
+        if reason is None:
+            py = pyslurm_client.PySlurmClient(env=cluster.env())
+            t0 = time.perf_counter()
+            py_jobs = len(py.snapshot().jobs)
+            print(f"  PySlurmClient.snapshot():          {time.perf_counter() - t0:7.3f} s  "
+                  f"({py_jobs} jobs)")
+        else:
+            print(f"  PySlurmClient.snapshot():          not measured: {reason}")
     finally:
         cluster.down()
         shutil.rmtree(state, ignore_errors=True)

@@ -172,6 +172,14 @@ def test_oneliner_values_with_spaces():
     assert parse.node_state(f8["State"]) == ("IDLE", frozenset({"DRAIN"}))
 
 
+def test_text_form_tolerates_keys_of_newer_releases():
+    line = ("PartitionName=gpu AllowGroups=ALL Default=YES Nodes=dgx[01-02] "
+            "TopologyName=default PowerDownOnIdle=NO PriorityTier=5 PreemptMode=REQUEUE "
+            "MaxTime=UNLIMITED State=UP")
+    (p,) = parse.partitions_from_text(line + "\n")
+    assert p.nodes == ("dgx01", "dgx02") and p.priority_tier == 5 and p.max_time is None
+
+
 def test_reservation_text_times_are_local():
     text = (FIXTURES / "slurm-22.05" / "scontrol-show-reservations.txt").read_text()
     (r,) = parse.reservations_from_text(text)

@@ -65,8 +65,14 @@ def test_higher_or_non_preemptible_class_never_a_victim():
     b.pend(1, "p", admin_comment=PROD)
     p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
     assert not starts(p)
+    # Nothing preemptible runs at all: no victim search, no note.
+    assert not notes(p)
+    b.run(103, "r", hosts=[1], gpus_per_node=0, admin_comment=d("research", "USR1"))
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
     assert "no preemption for job 1: no running job may be preempted for it " \
-           "(2 job(s): class production is not preemptible)" in notes(p)
+           "(2 job(s): class production is not preemptible; 1 job(s): it holds no GPUs)" \
+        in notes(p)
 
 
 def test_preemptible_no_min_runtime_and_after_window_protect():

@@ -300,3 +300,26 @@ def test_devcluster_generated_files_give_the_expected_fabric(tmp_path):
     assert fab.domains(Level.SPINE) == {"spine": hosts}
     assert fab.conflicts == () and fab.warnings == []
     assert fab.gpu_type_of("gpu05") == "h100"
+
+
+def test_nvlink_domain_across_leaves_is_noted_and_cut_when_a_leaf_is_asked():
+    fab = synthetic_fabric(8, hosts_per_nvlink=4, hosts_per_leaf=2, leaves_per_spine=4)
+    assert any("nvl1 spans leaves leaf1, leaf2" in w for w in fab.warnings)
+    free = all_free(fab)
+    anywhere = fab.place(Shape(3, 8), free)
+    assert isinstance(anywhere, Placement) and anywhere.level == Level.NVLINK
+    one_leaf = fab.place(Shape(2, 8, level=Level.LEAF, strict=True), free)
+    assert isinstance(one_leaf, Placement) and one_leaf.spans[Level.LEAF] == 1
+    assert one_leaf.spans[Level.NVLINK] == 1
+
+
+def test_degraded_flag_only_for_links_the_set_uses():
+    fab = synthetic_fabric(16).with_links([LinkSpec("gpu01", "leaf1", Health.DEGRADED),
+                                           LinkSpec("leaf2", "spine1", Health.DEGRADED)])
+    one = fab.place(Shape(1, 8), {"gpu01": 8})
+    assert isinstance(one, Placement) and not one.degraded  # no IB link in use
+    free = {h: 8 for h in ("gpu05", "gpu06", "gpu07", "gpu08")}
+    inside = fab.place(Shape(4, 8), free)
+    assert isinstance(inside, Placement) and not inside.degraded  # stays under leaf2
+    across = fab.place(Shape(5, 8), {**free, "gpu09": 8})
+    assert isinstance(across, Placement) and across.degraded  # leaves leaf2 over its uplink

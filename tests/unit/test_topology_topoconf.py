@@ -104,11 +104,13 @@ def test_round_trip_block():
 
 
 def test_round_trip_of_a_deeper_tree_keeps_parents():
-    text = ("SwitchName=l1 Nodes=n[1-2]\nSwitchName=l2 Nodes=n[3-4]\n"
+    text = ("SwitchName=l1 Nodes=n[1-2] LinkSpeed=400\nSwitchName=l2 Nodes=n[3-4]\n"
             "SwitchName=sp Switches=l[1-2]\nSwitchName=core Switches=sp\n")
     fab = Fabric(parse_topology_conf(text))
     back = Fabric(parse_topology_conf(render(fab)))
     assert back.spec.parents == fab.spec.parents
+    assert back.spec.link_speed == {"l1": "400"}
+    assert back.graph.nodes[("switch", "l1")]["link_speed"] == "400"
     _same_domains(fab, back, Level.LEAF)
 
 

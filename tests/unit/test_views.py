@@ -34,7 +34,7 @@ def test_nodes_json(rel):
 
 
 def test_tables_render():
-    runner = CliRunner()
+    runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that no cell is cut
     q = runner.invoke(cli, ["queue", "--from-dir", str(FIXTURES / "slurm-25.11"),
                             "--state", "pending"])
     assert q.exit_code == 0 and "Resources" in q.output and "RUNNING" not in q.output
