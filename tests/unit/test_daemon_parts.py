@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from slurmpolicy.daemon.lock import AlreadyRunning, StateLock
 from slurmpolicy.daemon.loop import Daemon
 from slurmpolicy.daemon.notify import Notifier
-
 from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.job import merge_ack
 from slurmpolicy.jobpolicy import last_checkpoint

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from slurmpolicy.daemon.executor import Executor
 
+from slurmpolicy.daemon.executor import Executor
 from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmUnavailable
 from slurmpolicy.model import Job, JobState, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
