@@ -124,7 +124,7 @@ def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool =
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=5,
                                               max_backoff=40, max_snapshot_age=60),
                         metrics=Metrics(enabled=False))
-    d = Daemon(settings, client=client, planner=planner,  # type: ignore[arg-type]
+    d = Daemon(settings, client=client, planner=planner,
                fabric_loader=lambda s, st: None, clock=lambda: now, dry_run=dry_run)
     d.open()
     return d
@@ -175,3 +175,45 @@ def test_dry_run_cycle_changes_nothing(tmp_path: Path) -> None:
         d.close()
     assert client.calls == []
     assert Journal(tmp_path, read_only=True).read_audit()[-1].outcome == "dry-run"
+
+
+def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
+    import signal as signal_mod
+
+    fabric_file = tmp_path / "fabric.toml"
+    fabric_file.write_text("# v1\n")
+    settings_file = tmp_path / "s.toml"
+    settings_file.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\n'
+                             f'[fabric]\nfabric_file = "{fabric_file}"\n'
+                             '[metrics]\nenabled = false\n')
+    from slurmpolicy import settings as settings_mod
+
+    loads: list[int] = []
+
+    def loader(snapshot: Snapshot, settings: Settings) -> object:
+        loads.append(1)
+        return object()
+
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    client = FakeClient([fresh] * 5)
+    d = Daemon(settings_mod.load(settings_file), settings_path=str(settings_file),
+               client=client, planner=lambda *a: Plan(), fabric_loader=loader,
+               clock=lambda: 1000.0)
+    d.open()
+    try:
+        d.cycle()
+        d.cycle()
+        assert len(loads) == 1  # unchanged sources: the fabric is kept
+        os.utime(fabric_file, (2e9, 2e9))
+        d.cycle()
+        assert len(loads) == 2
+        settings_file.write_text(settings_file.read_text().replace("interval = 5",
+                                                                   "interval = 7"))
+        d._on_hup(signal_mod.SIGHUP, None)
+        d.cycle()
+        assert len(loads) == 3 and d.settings.daemon.interval == 7
+        settings_file.write_text("[daemon\n")  # a bad file on reload keeps the old settings
+        d._on_hup(signal_mod.SIGHUP, None)
+        assert d.cycle().result == "ok" and d.settings.daemon.interval == 7
+    finally:
+        d.close()

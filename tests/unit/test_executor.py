@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmpolicy.daemon.executor import Executor
-from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmUnavailable
+from slurmpolicy.errors import JobAlreadyPending, JobGone, ReservationError, SlurmUnavailable
 from slurmpolicy.model import Job, JobState, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
     FinishPreemption,
@@ -281,3 +281,75 @@ def test_usage_decays(journal: Journal) -> None:
     assert usage["vision"] == pytest.approx(500.0)
     assert usage["nlp"] == pytest.approx(10.0)
     assert at == 100.0
+
+
+def test_signal_waits_for_the_reservation(journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("create_reservation", RESV)] = ReservationError("Requested nodes are busy")
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    assert journal.preemption(PID)["state"] == "planned"  # type: ignore[index]
+    run(ex, s0, signal())
+    assert ("signal", 1) not in rec.calls  # never before the nodes are reserved
+    # carry_on retries the reservation; once Slurm refused three times, it gives up.
+    run(ex, s0)
+    run(ex, s0)
+    assert rec.calls.count(("create_reservation", RESV)) == 3
+    assert journal.preemption(PID)["state"] == "aborted"  # type: ignore[index]
+
+
+def test_no_checkpoint_victim_requeued_without_signal(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment="spolicy:v1 class=experimental ckpt=none"),
+              job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
+                        restart_count=0, after="no-checkpoint"))
+    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+
+
+def test_no_checkpoint_requeue_refused_for_a_job_that_can_checkpoint(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment="spolicy:v1 ckpt=signal:USR1,grace=60"),
+              job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, Requeue(reason="x", preemption_id=PID, job_id=1, restart_count=0,
+                        after="no-checkpoint"))
+    assert ("requeue", 1) not in rec.calls
+
+
+def test_busy_reservation_deleted_once_unused(journal: Journal) -> None:
+    from slurmpolicy.policy.actions import DeleteReservation
+
+    ex, rec = make(journal)
+    resv = (Reservation(name=RESV, nodes=("gpu01",)),)
+    busy = snap(job(3, reservation=RESV), reservations=resv)
+    delete = DeleteReservation(reason="beneficiary started", name=RESV, job_id=3)
+    run(ex, busy, delete)
+    run(ex, busy, delete)
+    assert rec.calls == []
+    assert [r.outcome for r in journal.read_audit()].count(
+        "deferred: in use by job 3; deleted once it ends") == 1
+    run(ex, snap(job(3, JobState.COMPLETED), reservations=resv))
+    assert rec.calls == [("delete_reservation", RESV)]
+    assert journal.reservation_state(RESV) == "deleted"
+
+
+def test_repeated_annotation_audited_once(journal: Journal) -> None:
+    from slurmpolicy.policy.actions import Annotate
+
+    ex, _ = make(journal)
+    for _ in range(3):
+        run(ex, snap(), Annotate(reason="waits for gpu01", job_id=4))
+    run(ex, snap(), Annotate(reason="waits for gpu02", job_id=4))
+    assert [r.reason for r in journal.read_audit()] == ["waits for gpu01", "waits for gpu02"]
+
+
+def test_log_filters_by_job_and_time(journal: Journal) -> None:
+    journal.audit("StartPreemption", "x", "ok", job_id=3, jobs=(1, 2), at=100.0)
+    journal.audit("SetSiteFactor", "y", "ok", job_id=12, at=200.0)
+    assert [r.kind for r in journal.read_audit(job_id=2)] == ["StartPreemption"]
+    assert [r.kind for r in journal.read_audit(job_id=1)] == ["StartPreemption"]
+    assert journal.read_audit(job_id=21) == []
+    assert [r.kind for r in journal.read_audit(since=150.0)] == ["SetSiteFactor"]
+    assert [r.kind for r in journal.read_audit(limit=1)] == ["SetSiteFactor"]
