@@ -217,3 +217,39 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
         assert d.cycle().result == "ok" and d.settings.daemon.interval == 7
     finally:
         d.close()
+
+
+def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
+    from slurmpolicy.settings import from_mapping
+
+    assert from_mapping({"daemon": {"keep_history": "7d"}}).daemon.keep_history == 7 * 86400
+    j = Journal(tmp_path)
+    j.record_metrics([("slurmpolicy_gpus", {"state": "idle"}, 1.0)], at=100.0)
+    j.record_metrics([("slurmpolicy_gpus", {"state": "idle"}, 2.0)], at=900.0)
+    j.finish_step(j.begin_step("sitefactor:1:1", "sitefactor"), "ok")
+    j.prune(older_than=500.0)
+    assert [v for _, _, v in j.metric_history("slurmpolicy_gpus")] == [2.0]
+
+
+def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> None:
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+
+    def broken(*args: object) -> Plan:
+        raise KeyError("bug")
+
+    d = _daemon(tmp_path, FakeClient([fresh]), broken)
+    d.close()
+    d.settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=0.01),
+                          metrics=Metrics(enabled=False))
+    calls = []
+    original = d.cycle
+
+    def cycle() -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            d.request_stop()
+        return original()
+
+    d.cycle = cycle  # type: ignore[method-assign]
+    assert d.run() == 0
+    assert len(calls) == 2
