@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable
@@ -81,6 +82,11 @@ _DEFAULT_RESERVATION = 86400.0
 #: A preemption whose reservation Slurm refused this often is aborted.
 _RESERVE_TRIES = 3
 _RESERVATION_MARGIN = 3600.0
+
+
+#: SlurmUnavailable messages that prove the request never reached slurmctld.
+_NOT_SENT = re.compile(r"connect failure|connection refused|munge|configuration|"
+                       r"unable to establish|not found in", re.IGNORECASE)
 
 
 class CallBudgetExhausted(Exception):
@@ -168,7 +174,13 @@ class Executor:
         self._report.calls += 1
         try:
             fn()
-        except SlurmUnavailable:
+        except SlurmUnavailable as exc:
+            # When the request surely never reached slurmctld, say so: the step
+            # may then be retried. A timeout is ambiguous and stays ``started``,
+            # for reconcile() to judge from the next snapshot.
+            text = f"{exc} {exc.slurm_message}"
+            if _NOT_SENT.search(text):
+                self.journal.finish_step(step, FAILED, f"not sent: {exc}")
             raise
         except reached as exc:
             self.journal.finish_step(step, REACHED, f"{type(exc).__name__}: {exc}")

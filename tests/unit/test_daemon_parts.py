@@ -250,6 +250,6 @@ def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> No
             d.request_stop()
         return original()
 
-    d.cycle = cycle  # type: ignore[method-assign]
+    d.cycle = cycle
     assert d.run() == 0
     assert len(calls) == 2

@@ -250,10 +250,24 @@ def test_crash_after_requeue_is_not_requeued_again(journal: Journal) -> None:
 
 def test_unavailable_slurm_leaves_step_resumable(journal: Journal) -> None:
     ex, rec = make(journal)
-    rec.fail[("set_site_factor", 5)] = SlurmUnavailable("down")
+    rec.fail[("set_site_factor", 5)] = SlurmUnavailable("`scontrol update` gave no answer")
     with pytest.raises(SlurmUnavailable):
         run(ex, snap(), SetSiteFactor(reason="x", job_id=5, site_factor=1))
     assert journal.unfinished_steps()[0]["key"] == "sitefactor:5:1"
+
+
+def test_signal_that_never_left_is_sent_after_all(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    rec.fail[("signal", 1)] = SlurmUnavailable(
+        "scancel: error: Unable to contact slurm controller (connect failure)")
+    with pytest.raises(SlurmUnavailable):
+        run(ex, s0, signal())
+    del rec.fail[("signal", 1)]
+    run(ex, s0, signal())  # the first one provably never reached Slurm
+    assert rec.calls.count(("signal", 1)) == 2
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.SIGNALLED
 
 
 def test_dry_run_calls_nothing_and_keeps_intents(journal: Journal) -> None:
