@@ -307,6 +307,14 @@ class Fabric:
                 elif health == Health.DEGRADED:
                     self._gpu_degraded[i] = True
 
+        self._degraded_host = [
+            1 if (up == Health.DEGRADED or gd) else 0
+            for up, gd in zip(self._host_up, self._gpu_degraded, strict=True)
+        ]
+        self._any_down = (
+            Health.DOWN in self._host_up or Health.DOWN in self._leaf_up
+            or Health.DOWN in self._spine_up
+        )
         self._any_degraded = (
             Health.DEGRADED in self._host_up or Health.DEGRADED in self._leaf_up
             or Health.DEGRADED in self._spine_up or any(self._gpu_degraded)

@@ -71,18 +71,17 @@ class _Search:
         self.key: dict[int, _HostKey] = {}
         usable, types, mems = fab._usable, fab._gpu_type, fab._gpu_mem
         prefer = shape.prefer
-        host_up, gpu_degraded = fab._host_up, fab._gpu_degraded
+        degraded_host = fab._degraded_host
         hosts = fab.hosts
         if len(free) * 2 < len(hosts):
             # A sparse map (only hosts with free GPUs): walk it, in host order.
             index = fab._index
             pairs = sorted((index[h], f) for h, f in free.items() if f > 0 and h in index)
         else:
-            pairs = [(i, free.get(h, 0)) for i, h in enumerate(hosts)]
+            get = free.get
+            pairs = [(i, f) for i, f in enumerate(get(h, 0) for h in hosts) if f > 0]
+        own_free, matching, eligible, key = self.free, self.matching, self.eligible, self.key
         for i, f in pairs:
-            if f <= 0:
-                continue
-            h = hosts[i]
             if want_type is not None and (types[i] or "").lower() != want_type:
                 self.wrong_type += 1
                 continue
@@ -93,13 +92,14 @@ class _Search:
                     continue
                 if mem < min_mem:
                     continue
-            f = min(f, usable[i])
-            self.free[i] = f
-            self.matching.append(i)
+            u = usable[i]
+            if f > u:
+                f = u
+            own_free[i] = f
+            matching.append(i)
             if f >= need:
-                self.eligible.append(i)
-                degraded = 1 if (host_up[i] == Health.DEGRADED or gpu_degraded[i]) else 0
-                self.key[i] = (degraded, 0 if h in prefer else 1, f - g, i)
+                eligible.append(i)
+                key[i] = (degraded_host[i], 0 if prefer and hosts[i] in prefer else 1, f - g, i)
 
     # ------------------------------------------------------------------ pools
     def pool(self, level: Level) -> tuple[dict[Any, list[int]], int]:
@@ -117,6 +117,15 @@ class _Search:
         leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
         groups: dict[Any, list[int]] = {}
         dropped = 0
+        if not fab._any_down or not multi or level < Level.LEAF:
+            for i in self.eligible:
+                d = col[i]
+                grp = groups.get(d)
+                if grp is None:
+                    groups[d] = [i]
+                else:
+                    grp.append(i)
+            return groups, 0
         for i in self.eligible:
             if multi and level >= Level.LEAF and fab._host_up[i] == Health.DOWN:
                 dropped += 1
@@ -207,22 +216,20 @@ class _Search:
         n = shape.nodes
         if len(self.eligible) < n:
             return self.too_few()
-        best_at: dict[Level, tuple[int, int]] = {
-            Level.HOST: (min(1, len(self.eligible)), self._best_gpus(Level.HOST)),
-        }
+        # Most eligible hosts in one domain, per level tried (for the reason).
+        best_at: dict[Level, int] = {Level.HOST: min(1, len(self.eligible))}
         dropped_any = 0
         for level in SEARCH_LEVELS:
             if level == Level.HOST and n > 1:
                 continue
             if level == Level.NVLINK and n > 1 and not fab._multi_host_nvlink:
-                best_at[level] = (1, self._best_gpus(Level.NVLINK))
+                best_at[level] = 1
                 continue
             groups, dropped = self.pool(level)
             dropped_any = max(dropped_any, dropped)
             fitting = [(d, grp) for d, grp in groups.items() if len(grp) >= n]
             if not fitting:
-                best_at[level] = (max((len(g) for g in groups.values()), default=0),
-                                  self._best_gpus(level))
+                best_at[level] = max((len(g) for g in groups.values()), default=0)
                 continue
             if shape.strict and level > max(shape.level, Level.HOST):
                 return self.strict_failure(best_at, dropped_any)
@@ -237,6 +244,12 @@ class _Search:
                 best = min((grp[0] for _, grp in fitting),
                            key=lambda i: (key[i][0], key[i][1], key[i][2], per_leaf[leaf[i]], i))
                 return self.result([best])
+            if (level == Level.LEAF and not fab._multi_host_nvlink and not fab._any_degraded
+                    and not shape.prefer):
+                # Every leaf set then spans and costs the same; the grade starts
+                # with the leaf's spare hosts, so only the tightest leaves compete.
+                tightest = min(len(grp) for _, grp in fitting)
+                fitting = [(d, grp) for d, grp in fitting if len(grp) == tightest]
             graded = min(
                 (self.grade(self.select(grp, n, level), level, len(grp)), d)
                 for d, grp in fitting
@@ -306,11 +319,11 @@ class _Search:
         return NoPlacement(reason + self._notes(), free_gpus=total,
                            best_hosts_in_one_domain=have)
 
-    def strict_failure(self, best_at: Mapping[Level, tuple[int, int]],
+    def strict_failure(self, best_at: Mapping[Level, int],
                        dropped: int) -> NoPlacement:
         s = self.shape
         level = max(s.level, Level.HOST)
-        best_hosts, best_gpus = best_at.get(level, (0, self._best_gpus(level)))
+        best_hosts, best_gpus = best_at.get(level, 0), self._best_gpus(level)
         word = _word(level)
         reason = (f"{self._total_free()} GPUs free, at most {best_gpus} in any one {word}"
                   f" ({_plural(best_hosts, 'host')} with {s.gpus_per_node} free); asked for"

@@ -21,13 +21,16 @@ from slurmpolicy.policy.actions import Action, Intents
 
 def load_intents(state_dir: str) -> tuple[Intents, str]:
     """The daemon's intents, read-only, when its journal exists and can be read."""
-    path = Path(state_dir) / "journal.sqlite"
+    try:
+        from slurmpolicy import store  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return Intents(), "no daemon journal support installed: no intents"
+    path = Path(state_dir) / getattr(store, "FILE_NAME", "journal.sqlite")
     if not path.exists():
         return Intents(), f"no daemon journal at {path}: planning as if nothing were in flight"
     try:
-        from slurmpolicy.store import Journal  # type: ignore[import-not-found,unused-ignore]
-
-        return Journal(path).load_intents(), f"intents from {path}"
+        journal = store.Journal(path, read_only=True)
+        return journal.load_intents(), f"intents from {path}"
     except Exception as exc:  # the journal is optional here: say why and go on
         return Intents(), f"could not read the daemon journal {path} ({exc}); no intents"
 

@@ -67,6 +67,8 @@ class PriorityResult:
     fragmented: dict[int, bool]
     #: Pending jobs per partition, highest effective priority first.
     order: dict[str, list[Job]]
+    #: Per partition, the highest job that is not held, dependent or deferred.
+    heads: dict[str, int]
 
 
 def compute(ctx: Context) -> PriorityResult:
@@ -83,10 +85,14 @@ def compute(ctx: Context) -> PriorityResult:
         # Slurm's priority already contains the site factor it holds now.
         effective[job.job_id] = job.priority - job.site_factor + value
     order: dict[str, list[Job]] = {}
+    heads: dict[str, int] = {}
     for part, jobs in ctx.pending_by_partition.items():
         order[part] = sorted(jobs, key=lambda j: (-effective[j.job_id],
                                                   j.submit_time or 0.0, j.job_id))
-    return PriorityResult(site, effective, fragmented, order)
+        head = next((j for j in order[part] if not ctx.blocked_by_slurm(j)), None)
+        if head is not None:
+            heads[part] = head.job_id
+    return PriorityResult(site, effective, fragmented, order, heads)
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFactor]:

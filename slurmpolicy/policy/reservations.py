@@ -173,8 +173,7 @@ def starving(ctx: Context, prio: PriorityResult, job: Job) -> str:
         return ""
     waited = ctx.wait_seconds(job)
     if prio.fragmented.get(job.job_id):
-        heads = any(prio.order.get(p) and prio.order[p][0].job_id == job.job_id
-                    for p in ctx.partitions_of(job))
+        heads = any(prio.heads.get(p) == job.job_id for p in ctx.partitions_of(job))
         if heads:
             return "it heads its partition but free GPUs are fragmented"
     if waited >= s.starvation_wait and not ctx.fits_now(job):

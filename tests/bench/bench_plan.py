@@ -46,7 +46,7 @@ def build(scale: float, seed: int = 1):
                 for c in ("production", "research", "experimental")
                 for ck in ("USR1", "none", None)
                 for topo, strict in (("any", False), ("leaf", False), ("leaf", True))
-                for rt, pre, after in ((None, True, 0.0), (7200.0, True, 1800.0),
+                for rt, pre, after in ((None, True, 0.0), (36000.0, True, 1800.0),
                                        (None, False, 0.0))]
     jobs: list[Job] = []
     job_id = 1
@@ -67,7 +67,7 @@ def build(scale: float, seed: int = 1):
             break
         for h in chosen:
             free[h] -= gpn
-        ran = rng.uniform(300, 20 * 3600)
+        ran = rng.uniform(300, 8 * 3600)
         admin = rng.choice(comments)
         jobs.append(Job(
             job_id=job_id, name=f"r{job_id}", user=f"u{job_id % 200}",

@@ -112,6 +112,12 @@ def check_victims(b, s, intents, p):
             continue
         ben = by_id[start.beneficiary]
         ben_rank = RANK[parse_admin_comment(ben.admin_comment).job_class]
+        # The victims free what the beneficiary needs on the chosen nodes.
+        assert len(start.nodes) == ben.node_count
+        nodes = {n.name: n for n in snap.nodes}
+        for host in start.nodes:
+            freed = sum(by_id[v].gpus_on_node.get(host, 0) for v in start.victims)
+            assert nodes[host].gpus_free + freed >= ben.gpus_per_node, host
         for vid in start.victims:
             v = by_id[vid]
             pol = parse_admin_comment(v.admin_comment)
@@ -216,3 +222,25 @@ def test_property_generator_makes_preemptions_happen():
     assert [a for a in p.actions if isinstance(a, StartPreemption)]
     check_victims(b, s, Intents(), p)
     replace(Intents())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_every_job_can_be_explained(case):
+    import json
+
+    from slurmpolicy.policy import explain
+
+    b, s, intents = case
+    snap, fab = b.snapshot(), b.fabric()
+    first = plan(snap, fab, s, intents, b.now)
+    after = apply_to_intents(intents, first, b.now)
+    for job in snap.jobs:
+        e = explain(snap, fab, s, after, b.now, job.job_id)
+        assert e.headline and e.state == job.state.value
+        if job.is_pending:
+            assert e.blocking in {"held", "dependency", "quota", "deferred", "preemption",
+                                  "reservation", "topology", "fragmentation", "resources",
+                                  "priority", "none"}
+            assert e.position is not None
+        json.dumps(e.to_dict())
