@@ -89,6 +89,10 @@ _NOT_SENT = re.compile(r"connect failure|connection refused|munge|configuration|
                        r"unable to establish|not found in", re.IGNORECASE)
 
 
+#: Steps whose repetition would hurt a job: their intent is fsync'd before the call.
+_DURABLE = frozenset({"signal", "requeue", "reserve"})
+
+
 class CallBudgetExhausted(Exception):
     """Internal: the per-cycle cap on Slurm calls is reached."""
 
@@ -170,7 +174,8 @@ class Executor:
         if self._report.calls >= self._budget:
             raise CallBudgetExhausted
         step = self.journal.begin_step(key, kind, job_id=job_id, restart_count=restart_count,
-                                       preemption_id=preemption_id, params=params)
+                                       preemption_id=preemption_id, params=params,
+                                       durable=kind in _DURABLE)
         self._report.calls += 1
         try:
             fn()

@@ -131,6 +131,16 @@ def test_journal_is_wal_and_versioned(journal: Journal) -> None:
     assert ro.load_intents().preemptions == ()
 
 
+def test_signal_and_requeue_intents_are_fsynced(journal: Journal) -> None:
+    def level() -> int:
+        return int(next(iter(journal.db.query("PRAGMA synchronous")))["synchronous"])
+
+    journal.begin_step("sitefactor:1:1", "sitefactor")
+    assert level() == 1  # NORMAL: survives the daemon's death, cheap
+    journal.begin_step("signal:1:0", "signal", durable=True)
+    assert level() == 2  # FULL: on disk before the signal is sent
+
+
 def test_full_preemption_story(journal: Journal) -> None:
     ex, rec = make(journal)
     s0 = snap(job(1), job(3, JobState.PENDING))
