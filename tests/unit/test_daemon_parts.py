@@ -253,3 +253,33 @@ def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> No
     d.cycle = cycle
     assert d.run() == 0
     assert len(calls) == 2
+
+
+def test_daemon_status_log_and_report_commands(tmp_path: Path) -> None:
+    from slurmpolicy.cli import main
+
+    journal = Journal(tmp_path)
+    journal.open_preemption("p1", 3, ["gpu01"], "spolicy_pre_3", [(1, 0, 8)], "prod needs it")
+    journal.audit("StartPreemption", "prod needs it", "ok", job_id=3, jobs=(1,), at=1000.0)
+    journal.record_metrics([("slurmpolicy_cycle_seconds", {}, 0.5),
+                            ("slurmpolicy_requeues", {}, 1.0)], at=1000.0)
+
+    def cli(*args: str) -> tuple[int, str]:
+        out = subprocess.run([sys.executable, "-m", "slurmpolicy.cli", *args],
+                             capture_output=True, text=True, check=False)
+        return out.returncode, out.stdout + out.stderr
+
+    code, out = cli("daemon", "status", "--state-dir", str(tmp_path))
+    assert code == 1 and "not running" in out and "preemption p1 for job 3" in out
+    with StateLock(tmp_path):
+        code, out = cli("daemon", "status", "--state-dir", str(tmp_path), "--json")
+        assert code == 0 and f'"running_pid": {os.getpid()}' in out
+    code, out = cli("log", "--state-dir", str(tmp_path), "--job", "1", "--since", "1970-01-01")
+    assert code == 0 and "StartPreemption" in out and "prod needs it" in out
+    code, out = cli("report", "--state-dir", str(tmp_path), "--since", "1970-01-01T00:00", "--json")
+    assert code == 0 and '"requeues": 1.0' in out
+    code, out = cli("log", "--state-dir", str(tmp_path), "--since", "yesterday-ish")
+    assert code == 2 and "use an ISO time" in out
+    code, out = cli("log", "--state-dir", str(tmp_path / "none"))
+    assert code == 2 and "no journal here" in out
+    assert main is not None
