@@ -377,3 +377,11 @@ def test_log_filters_by_job_and_time(journal: Journal) -> None:
     assert journal.read_audit(job_id=21) == []
     assert [r.kind for r in journal.read_audit(since=150.0)] == ["SetSiteFactor"]
     assert [r.kind for r in journal.read_audit(limit=1)] == ["SetSiteFactor"]
+
+
+def test_leftover_reservation_of_the_same_name_is_moved(journal: Journal) -> None:
+    ex, rec = make(journal)
+    old = (Reservation(name=RESV, nodes=("gpu05",)),)
+    run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old), start())
+    assert rec.calls == [("update_reservation", RESV)]
+    assert journal.preemption(PID)["state"] == "reserved"  # type: ignore[index]
