@@ -102,7 +102,7 @@ class _Search:
                 key[i] = (degraded_host[i], 0 if prefer and hosts[i] in prefer else 1, f - g, i)
 
     # ------------------------------------------------------------------ pools
-    def pool(self, level: Level) -> tuple[dict[Any, list[int]], int]:
+    def pool(self, level: Level, cut: bool = True) -> tuple[dict[Any, list[int]], int]:
         """Eligible hosts grouped by domain at ``level``, minus those whose links
         a placement at that level would have to use and that are down.
 
@@ -111,7 +111,7 @@ class _Search:
         along it, so an NVLink-compact set never leaves the asked domain."""
         fab, multi = self.fab, self.shape.nodes > 1
         col: Sequence[Any] = fab._dom[level]
-        if level == Level.NVLINK and self.shape.level in (Level.LEAF, Level.SPINE):
+        if cut and level == Level.NVLINK and self.shape.level in (Level.LEAF, Level.SPINE):
             outer = fab._dom[self.shape.level]
             col = list(zip(col, outer, strict=True))
         leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
@@ -193,6 +193,27 @@ class _Search:
             remaining -= len(grp)
         return taken
 
+    def select_by_nvlink(self, pool: list[int], n: int) -> list[int]:
+        """n hosts of ``pool`` taking whole NVLink domains, largest first, and the
+        best-fitting one for the remainder."""
+        col = self.fab._dom[Level.NVLINK]
+        grouped: dict[int, list[int]] = {}
+        for i in pool:
+            grouped.setdefault(col[i], []).append(i)
+        gk = self._group_key
+        ordered = sorted(grouped.values(), key=lambda grp: (-len(grp), *gk(grp)))
+        taken: list[int] = []
+        remaining = n
+        for k, grp in enumerate(ordered):
+            if len(grp) >= remaining:
+                last = min((x for x in ordered[k:] if len(x) >= remaining),
+                           key=lambda x: (len(x), *gk(x)))
+                taken.extend(self.select(last, remaining, Level.NVLINK))
+                break
+            taken.extend(grp)
+            remaining -= len(grp)
+        return taken
+
     def grade(self, hosts: list[int], level: Level, domain_pool: int) -> tuple[object, ...]:
         fab = self.fab
         lower = [lv for lv in SEARCH_LEVELS if lv < level and lv > Level.HOST]
@@ -205,10 +226,17 @@ class _Search:
         else:
             spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
             cost = fab._cost(hosts)
+        # An NVLink domain may reach over leaves: of two equal ones, the one
+        # that stays inside fewer leaves and spines is the more compact.
+        upper: tuple[int, ...] = ()
+        if level == Level.NVLINK and fab._split_nvlink:
+            upper = (len({fab._dom[Level.SPINE][i] for i in hosts}),
+                     len({fab._dom[Level.LEAF][i] for i in hosts}))
         degraded = sum(key[i][0] for i in hosts)
         preferred = sum(1 - key[i][1] for i in hosts)
         slack = sum(key[i][2] for i in hosts)
-        return (spans, cost, degraded, -preferred, domain_pool - len(hosts), slack, min(hosts))
+        return (spans, cost, upper, degraded, -preferred, domain_pool - len(hosts), slack,
+                min(hosts))
 
     # ------------------------------------------------------------------- main
     def run(self) -> Placement | NoPlacement:
@@ -219,13 +247,18 @@ class _Search:
         # Most eligible hosts in one domain, per level tried (for the reason).
         best_at: dict[Level, int] = {Level.HOST: min(1, len(self.eligible))}
         dropped_any = 0
-        for level in SEARCH_LEVELS:
+        steps: list[tuple[Level, bool]] = [(level, True) for level in SEARCH_LEVELS]
+        if not shape.strict and shape.level in (Level.LEAF, Level.SPINE) and fab._split_nvlink:
+            # The preference for one leaf (spine) cuts NVLink domains along it;
+            # once no leaf (spine) fits, a whole NVLink domain is the most compact.
+            steps.insert(SEARCH_LEVELS.index(shape.level) + 1, (Level.NVLINK, False))
+        for level, cut in steps:
             if level == Level.HOST and n > 1:
                 continue
             if level == Level.NVLINK and n > 1 and not fab._multi_host_nvlink:
                 best_at[level] = 1
                 continue
-            groups, dropped = self.pool(level)
+            groups, dropped = self.pool(level, cut)
             dropped_any = max(dropped_any, dropped)
             fitting = [(d, grp) for d, grp in groups.items() if len(grp) >= n]
             if not fitting:
@@ -241,21 +274,28 @@ class _Search:
                 for i in self.eligible:
                     per_leaf[leaf[i]] = per_leaf.get(leaf[i], 0) + 1
                 key = self.key
-                best = min((grp[0] for _, grp in fitting),
+                host = min((grp[0] for _, grp in fitting),
                            key=lambda i: (key[i][0], key[i][1], key[i][2], per_leaf[leaf[i]], i))
-                return self.result([best])
+                return self.result([host])
             if (level == Level.LEAF and not fab._multi_host_nvlink and not fab._any_degraded
                     and not shape.prefer):
                 # Every leaf set then spans and costs the same; the grade starts
                 # with the leaf's spare hosts, so only the tightest leaves compete.
                 tightest = min(len(grp) for _, grp in fitting)
                 fitting = [(d, grp) for d, grp in fitting if len(grp) == tightest]
-            graded = min(
-                (self.grade(self.select(grp, n, level), level, len(grp)), d)
-                for d, grp in fitting
-            )
-            d = graded[1]
-            return self.result(self.select(groups[d], n, level))
+            chosen: tuple[tuple[object, ...], list[int]] | None = None
+            for _d, grp in fitting:
+                options = [self.select(grp, n, level)]
+                if fab._split_nvlink and level > Level.NVLINK:
+                    # The switch tree does not see NVLink domains that reach over
+                    # leaves; also try filling whole NVLink domains first.
+                    options.append(self.select_by_nvlink(grp, n))
+                for hosts in options:
+                    graded = self.grade(hosts, level, len(grp))
+                    if chosen is None or graded < chosen[0]:
+                        chosen = (graded, hosts)
+            assert chosen is not None
+            return self.result(chosen[1])
         return self.disconnected(dropped_any)
 
     def result(self, hosts: list[int]) -> Placement:

@@ -309,7 +309,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
         state.claimed.update(hosts)
         victim_words = ", ".join(
-            f"{v.job_id} ({ctx.job_class(v).name}, {v.account}, "
+            f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
             f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration

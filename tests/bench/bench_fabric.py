@@ -90,7 +90,27 @@ def run() -> dict[str, float]:
     t = time.perf_counter()
     frag = fab.fragmentation(free, [Shape(16, 8, level=Level.LEAF, strict=True), Shape(1, 4)])
     print(f"fragmentation: {_ms(time.perf_counter() - t)}; {frag.summary()}; index {frag.index}")
-    return {"build_s": build, "p50_s": p50, "p99_s": p99, "rss_mib": rss_after / 1024}
+    nvl = run_nvl72()
+    return {"build_s": build, "p50_s": p50, "p99_s": p99, "rss_mib": rss_after / 1024, **nvl}
+
+
+def run_nvl72() -> dict[str, float]:
+    """The same on NVL72-style racks: 224 racks x 18 hosts x 4 GPUs, 2 racks a leaf."""
+    t0 = time.perf_counter()
+    fab = synthetic_fabric(224 * 18, gpus_per_host=4, hosts_per_nvlink=18, hosts_per_leaf=36,
+                           leaves_per_spine=14, gpu_type="gb200", gpu_memory_gb=186)
+    build = time.perf_counter() - t0
+    rnd = random.Random(7)
+    free = {h: (0 if rnd.random() < 0.5 else 4) for h in fab.hosts}
+    times = []
+    for k in range(CALLS // 2):
+        t = time.perf_counter()
+        fab.place(Shape(nodes=1 + k % 64, gpus_per_node=4, level=Level.NVLINK), free)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    print(f"NVL72 fabric: {fab!r}; build {build:.3f} s; place {len(times)} calls 1..64 nodes:"
+          f" p50 {_ms(statistics.median(times))}, p99 {_ms(times[int(len(times) * 0.99) - 1])}")
+    return {"nvl72_build_s": build, "nvl72_p50_s": statistics.median(times)}
 
 
 @pytest.mark.bench

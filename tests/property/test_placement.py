@@ -13,12 +13,16 @@ LEVELS = (Level.NVLINK, Level.LEAF, Level.SPINE, Level.CLUSTER)
 
 
 @st.composite
-def scenarios(draw):
+def scenarios(draw, nested=False):
+    """A random fabric, free map and shape. ``nested``: NVLink domains never
+    cross a leaf (as on real HGX and NVL72 systems)."""
     gpus = draw(st.integers(1, 8))
+    per_nvlink = draw(st.sampled_from([1, 2, 4]))
+    per_leaf = (per_nvlink * draw(st.integers(1, 4)) if nested
+                else draw(st.integers(1, 8)))
     fab = synthetic_fabric(
-        hosts=draw(st.integers(1, 40)), gpus_per_host=gpus,
-        hosts_per_nvlink=draw(st.sampled_from([1, 2, 4])),
-        hosts_per_leaf=draw(st.integers(1, 8)), leaves_per_spine=draw(st.integers(1, 4)),
+        hosts=draw(st.integers(1, 40)), gpus_per_host=gpus, hosts_per_nvlink=per_nvlink,
+        hosts_per_leaf=per_leaf, leaves_per_spine=draw(st.integers(1, 4)),
     )
     free = {h: draw(st.integers(0, gpus)) for h in fab.hosts}
     shape = Shape(nodes=draw(st.integers(1, 10)), gpus_per_node=draw(st.integers(0, gpus)),
@@ -118,3 +122,20 @@ def test_linear_cost_is_the_sum_over_pairs(case, data):
                           for h in sorted(degraded)])
     pairwise = sum(fab.cost([a, b]) for i, a in enumerate(hosts) for b in hosts[i + 1:])
     assert abs(fab.cost(hosts) - pairwise) < 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(nested=True), st.data())
+def test_prefer_only_breaks_ties(case, data):
+    # With NVLink domains that cross leaves, sets larger than one NVLink domain
+    # are chosen greedily (documented), so equal-looking choices may differ.
+    fab, free, shape = case
+    prefer = frozenset(data.draw(st.sets(st.sampled_from(fab.hosts), max_size=6)))
+    plain = fab.place(shape, free)
+    liked = fab.place(Shape(shape.nodes, shape.gpus_per_node, shape.level, shape.strict,
+                            prefer=prefer), free)
+    assert isinstance(plain, Placement) == isinstance(liked, Placement)
+    if isinstance(plain, Placement) and isinstance(liked, Placement):
+        assert liked.level == plain.level
+        assert liked.spans == plain.spans
+        assert liked.cost == plain.cost

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.model import Reservation
 from slurmpolicy.policy import apply_to_intents, plan
 from slurmpolicy.policy.actions import (
     CreateReservation,
@@ -85,6 +86,17 @@ def clusters(draw):
                                                      "experimental"])), "USR1", topology=topo,
                                strict=draw(st.booleans()),
                                defer=draw(st.sampled_from([None, None, "night"]))))
+    if draw(st.booleans()):
+        # Odd corners: a down host, a foreign reservation, an unlimited or GPU-less job.
+        b.down = {b.host(draw(st.integers(1, hosts)))}
+        b.reservations = [Reservation(name="maint", nodes=(b.host(1),),
+                                      start_time=b.now + draw(st.sampled_from([-60, 600])),
+                                      end_time=b.now + 7200)]
+        job_id += 1
+        b.pend(job_id, "nlp", gpus_per_node=0, time_limit=None)
+        job_id += 1
+        b.pend(job_id, "vision", nodes=1, time_limit=None, waited=5000,
+               admin_comment=d("production", None))
     budget = {j.job_id: (b.now - 1000,) * draw(st.sampled_from([0, 0, 0, 1, 3]))
               for j in b.jobs if j.is_running}
     intents = Intents(preempted_at=budget,
