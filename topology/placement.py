@@ -10,10 +10,14 @@ Owns the search behind :meth:`Fabric.place`. The rule, in order:
    one domain holding N eligible hosts wins; in strict mode that level must
    not be above ``shape.level``.
 3. Among the domains of that level, and inside the chosen one, the set that
-   spans the fewest sub-domains (largest sub-domains first, then the
-   best-fitting one for the remainder), then the least :meth:`Fabric.cost`,
-   then the fewest hosts on degraded links, then the most preferred hosts,
-   then the tightest fit (leave whole domains and hosts whole), then name.
+   spans the fewest domains one level down, then two levels down and so on,
+   then the least :meth:`Fabric.cost`, then the fewest hosts on degraded
+   links, then the most preferred hosts, then the tightest fit (leave whole
+   domains and hosts whole), then name. ``Shape.prefer`` therefore only
+   breaks ties: it never makes a set less compact or costlier. On nested
+   fabrics the search is exact (a knapsack over sub-domains, see
+   :meth:`_Search.table`); where an NVLink domain reaches over leaves it
+   also tries filling whole NVLink domains first and keeps the better.
 
 Down links are never used: a host whose IB uplink is down only takes
 one-host jobs (or jobs inside its multi-host NVLink domain); a leaf or spine
@@ -162,11 +166,27 @@ class _Search:
         # Inside an NVLink domain: group by leaf, then hosts.
         return fab._dom[Level.LEAF], Level.HOST
 
-    def _group_key(self, grp: list[int]) -> tuple[int, int, int]:
+    def _keyer(self, groups: list[list[int]]) -> Callable[[list[int]], tuple[float, int, int, int]]:
+        """Order of equally large groups: the one cheaper inside (fewer switch
+        hops, more NVLink) first, then fewer degraded, more preferred hosts.
+        The inside cost is only worked out where sizes tie."""
+        sizes: dict[int, int] = {}
+        for grp in groups:
+            sizes[len(grp)] = sizes.get(len(grp), 0) + 1
+        # With one host per NVLink domain, equal groups cost nearly the same
+        # inside; the sum is only worth its time where NVLink spans hosts.
+        tied = ({size for size, count in sizes.items() if count > 1}
+                if self.fab._multi_host_nvlink else set())
         key = self.key
-        degraded = sum(key[i][0] for i in grp)
-        preferred = sum(1 - key[i][1] for i in grp)
-        return degraded, -preferred, grp[0]
+        cost = self.fab._cost
+
+        def group_key(grp: list[int]) -> tuple[float, int, int, int]:
+            inside = cost(grp) if len(grp) in tied else 0.0
+            degraded = sum(key[i][0] for i in grp)
+            preferred = sum(1 - key[i][1] for i in grp)
+            return inside, degraded, -preferred, grp[0]
+
+        return group_key
 
     def select(self, pool: list[int], n: int, level: Level) -> list[int]:
         """n hosts of ``pool`` (all in one domain at ``level``), spanning the
@@ -189,8 +209,11 @@ class _Search:
         grouped: dict[int, list[int]] = {}
         for i in pool:
             grouped.setdefault(col[i], []).append(i)
-        gk: Callable[[list[int]], tuple[int, int, int]] = self._group_key
-        fits = [grp for grp in grouped.values() if len(grp) >= n]
+        groups = list(grouped.values())
+        if len(groups) == 1:
+            return self.select(pool, n, child_level)
+        gk = self._keyer(groups)
+        fits = [grp for grp in groups if len(grp) >= n]
         if fits:
             best = min(fits, key=lambda grp: (len(grp), *gk(grp)))
             return self.select(best, n, child_level)
@@ -314,7 +337,7 @@ class _Search:
         grouped: dict[int, list[int]] = {}
         for i in pool:
             grouped.setdefault(col[i], []).append(i)
-        gk = self._group_key
+        gk = self._keyer(list(grouped.values()))
         ordered = sorted(grouped.values(), key=lambda grp: (-len(grp), *gk(grp)))
         taken: list[int] = []
         remaining = n

@@ -152,8 +152,9 @@ def test_prefer_only_breaks_ties_issue_case():
 @settings(max_examples=200, deadline=None)
 @given(scenarios(nested=True), st.data())
 def test_prefer_only_breaks_ties(case, data):
-    # With NVLink domains that cross leaves, sets larger than one NVLink domain
-    # are chosen greedily (documented), so equal-looking choices may differ.
+    """Preferred hosts are a tie-break: they never change whether a job fits, the
+    innermost domain that holds it, the domains it spans at any level, nor its
+    cost (the search is exact on nested fabrics)."""
     fab, free, shape = case
     prefer = frozenset(data.draw(st.sets(st.sampled_from(fab.hosts), max_size=6)))
     plain = fab.place(shape, free)
