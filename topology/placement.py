@@ -30,6 +30,7 @@ integer columns, so a 64-node placement on 4,096 hosts takes milliseconds.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -202,7 +203,7 @@ class _Search:
             # the largest first is exact (its counts majorize every other
             # choice, so it has the fewest leaves and the fewest cross-leaf pairs).
             return self.select_greedy(pool, n, level)
-        return self.hosts_of(self.table(pool, n, level)[1][n])
+        return self.hosts_of(self.table(pool, n, level, exact=True)[1][n])
 
     def select_greedy(self, pool: list[int], n: int, level: Level) -> list[int]:
         col, child_level = self._children(level)
@@ -245,7 +246,8 @@ class _Search:
                 return k
         return len(sizes)
 
-    def table(self, pool: list[int], cap: int, level: Level) -> tuple[list[int], list[Any]]:
+    def table(self, pool: list[int], cap: int, level: Level,
+              exact: bool = False) -> tuple[list[int], list[Any]]:
         """The best r hosts of ``pool`` (one domain at ``level``) for every r up
         to ``cap``: (grades, picks), where :meth:`hosts_of` turns a pick into hosts.
 
@@ -280,22 +282,43 @@ class _Search:
         for i in pool:
             grouped.setdefault(col[i], []).append(i)
         if len(grouped) == 1:
-            return self.table(pool, cap, child_level)
+            return self.table(pool, cap, child_level, exact)
         w = int(PAIR_COST[level]) * p_cost
+        groups = sorted(grouped.values(), key=lambda grp: (-len(grp), grp[0]))
+        # The grade counts sub-domains first. When only ``cap`` hosts matter
+        # (``exact``), the best set uses as few sub-domains as can hold them
+        # (``least``), so a partial set that would need more is dropped.
+        p_child = {Level.CLUSTER: p_spine, Level.LEAF: p_nv}.get(level, p_leaf)
+        b = p_deg  # the radix of the counts
+        cum = [0]
+        for grp in groups:
+            cum.append(cum[-1] + len(grp))
+        least = bisect_left(cum, cap) if exact else 0
         # best[t]: grade of the best t hosts from the sub-domains so far; how[t]: which.
         best: list[int | None] = [None] * (cap + 1)
         how: list[Any] = [None] * (cap + 1)
         best[0] = 0
         reach = 0
-        for grp in grouped.values():
+        for j, grp in enumerate(groups):
             sub, sub_picks = self.table(grp, cap, child_level)
             new, new_how = list(best), list(how)
+            if exact:
+                # fewest[x]: how few of the sub-domains after this one hold x hosts.
+                base = cum[j + 1]
+                fewest = [bisect_left(cum, base + x) - j - 1 if base + x <= cum[-1]
+                          else cap + 1 for x in range(cap + 1)]
             for t in range(reach + 1):
                 a = best[t]
                 if a is None:
                     continue
+                if exact:
+                    used = (a // p_child) % b + 1  # with this sub-domain
+                    if used + fewest[max(0, cap - t - len(sub) + 1)] > least:
+                        continue
                 wt = w * t
                 for r in range(1, min(len(sub) - 1, cap - t) + 1):
+                    if exact and used + fewest[cap - t - r] > least:
+                        continue
                     g = a + sub[r] + wt * r
                     old = new[t + r]
                     if old is None or g < old:
@@ -303,6 +326,8 @@ class _Search:
                         new_how[t + r] = (how[t], sub_picks[r])
             best, how = new, new_how
             reach = min(cap, reach + len(sub) - 1)
+        if exact:
+            return [0] * cap + [best[cap] or 0], how
         # This domain counts once at its own level and those above it.
         top = {Level.NVLINK: p_nv, Level.LEAF: p_leaf, Level.SPINE: p_spine}.get(level)
         ones = sum(p for p in (p_spine, p_leaf, p_nv) if top is not None and p >= top)
