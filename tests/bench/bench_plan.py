@@ -18,9 +18,9 @@ import math
 import random
 import time
 import tracemalloc
+from types import MappingProxyType
 
 import pytest
-from types import MappingProxyType
 
 from slurmpolicy.model import Job, JobState, Node, Partition, Snapshot
 from slurmpolicy.policy import plan

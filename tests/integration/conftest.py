@@ -46,7 +46,7 @@ import pytest
 
 from slurmpolicy.slurm.devcluster import DevCluster
 
-from .slurmtools import LiveCluster, job_user
+from .slurmtools import LiveCluster, job_user, wait_until
 
 
 def _new_state_dir() -> Path:
@@ -105,3 +105,43 @@ def devcluster(
 
 
 __all__ = ["DevCluster", "LiveCluster"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_session_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Give each test that uses the shared ``devcluster`` an empty cluster.
+
+    Tests share one cluster per session; one that leaves a job or a reservation
+    behind (a daemon's preemption reservation, a job still completing) would
+    make the next test's jobs wait on someone else's state. Before such a test,
+    wait for leftover jobs to end, then delete leftover reservations and cancel
+    what still runs: this is the test harness tidying its own cluster, never
+    slurmpolicy's doing. What was found is printed, so a leaking test shows up.
+    """
+    if "devcluster" not in request.fixturenames:
+        yield
+        return
+    cluster: LiveCluster = request.getfixturevalue("devcluster")
+    leftovers = cluster.slurm_cmd("squeue", "--noheader", "--format=%i %u %T %j",
+                                  check=False).stdout
+    reservations = [
+        line.split()[0].split("=", 1)[1]
+        for line in cluster.slurm_cmd("scontrol", "show", "reservations", "-o",
+                                      check=False).stdout.splitlines()
+        if line.startswith("ReservationName=")
+    ]
+    if leftovers.strip() or reservations:
+        print(f"\n[devcluster] before {request.node.name}: left by earlier tests: "
+              f"jobs {leftovers.split()!r}, reservations {reservations!r}")
+        for name in reservations:
+            cluster.slurm_cmd("scontrol", "delete", f"reservation={name}", check=False)
+        if leftovers.strip():
+            cluster.slurm_cmd("scancel", "--full", *[row.split()[0] for row in
+                                                     leftovers.strip().splitlines()],
+                              check=False)
+
+        def drained() -> bool | None:
+            return not cluster.slurm_cmd("squeue", "--noheader", check=False).stdout.strip() or None
+
+        wait_until(drained, timeout=120, what="leftover jobs to leave the session cluster")
+    yield
