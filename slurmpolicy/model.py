@@ -107,7 +107,7 @@ class Job:
     #: Allocated nodes, expanded from Slurm's hostlist, for running jobs.
     nodes: tuple[str, ...] = ()
     #: GPUs held on each allocated node; empty when unknown.
-    gpus_on_node: Mapping[str, int] = EMPTY_GRES
+    gpus_on_node: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
     dependency: str = ""
     comment: str = ""
     admin_comment: str = ""
@@ -151,9 +151,9 @@ class Node:
     memory_mb: int = 0
     memory_alloc_mb: int = 0
     #: Configured GPUs by type ("" for untyped gres), from Gres=gpu:h100:8.
-    gpus_by_type: Mapping[str, int] = EMPTY_GRES
+    gpus_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
     #: Allocated GPUs by type, from GresUsed or derived from the jobs.
-    gpus_alloc_by_type: Mapping[str, int] = EMPTY_GRES
+    gpus_alloc_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
 

@@ -111,3 +111,24 @@ class Fragmentation:
     stranded_gpus: int
     index: float
     by_domain: tuple[DomainFragmentation, ...] = ()
+    #: The level ``by_domain`` is broken down by.
+    level: Level = Level.LEAF
+    #: Most free GPUs inside any one domain of ``level``.
+    largest_domain_free: int = 0
+    #: Free GPUs on hosts that are entirely free.
+    whole_host_free: int = 0
+
+    def summary(self) -> str:
+        """One sentence for people: "32 GPUs free, but at most 8 in any one leaf"."""
+        word = {Level.NVLINK: "NVLink domain"}.get(self.level, self.level.name.lower())
+        if self.free_gpus == 0:
+            return "no GPUs free"
+        text = f"{self.free_gpus} GPUs free"
+        busy = [d for d in self.by_domain if d.free_gpus]
+        if len(busy) == 1:
+            text += f", all in {word} {busy[0].domain}"
+        elif self.largest_domain_free < self.free_gpus:
+            text += f", but at most {self.largest_domain_free} in any one {word}"
+        if self.stranded_gpus:
+            text += f"; {self.stranded_gpus} of them cannot serve any waiting job shape"
+        return text

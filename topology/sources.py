@@ -1,0 +1,93 @@
+"""Where a Fabric comes from: the configured sources, read and merged.
+
+Owns :func:`load_fabric` (what ``Fabric.from_sources`` does). Sources, in
+order of precedence (a higher one wins a disagreement, which is recorded as a
+conflict, never dropped):
+
+1. Slurm's nodes (GPU count and type from their gres) - Slurm is the truth
+   about what a node has;
+2. the fabric file (settings.fabric.fabric_file);
+3. topology.conf (settings.fabric.topology_conf, else the one beside the
+   active slurm.conf: the given path, $SLURM_CONF, /etc/slurm/slurm.conf);
+4. ``nvidia-smi topo -m`` outputs (settings.fabric.nvidia_smi_topo, a glob of
+   files named after their host);
+5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
+
+With no nodes given (Slurm not answering), the nodes of slurm.conf are used.
+A host named by a source but unknown to Slurm is an error.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurmpolicy.errors import TopologyError
+from slurmpolicy.model import Node
+from slurmpolicy.topology.fabric import Fabric
+from slurmpolicy.topology.fabricfile import read_fabric_file
+from slurmpolicy.topology.features import spec_from_features, spec_from_nodes
+from slurmpolicy.topology.nvsmi import read_topo_files
+from slurmpolicy.topology.slurmconf import active_slurm_conf, read_slurm_conf_nodes
+from slurmpolicy.topology.spec import FabricSpec, merge
+from slurmpolicy.topology.topoconf import read_topology_conf
+
+if TYPE_CHECKING:
+    from slurmpolicy.settings import Fabric as FabricSettings
+
+
+def load_fabric(
+    nodes: Sequence[Node],
+    fabric_settings: FabricSettings | None = None,
+    slurm_conf: Path | str | None = None,
+    *,
+    topology_conf: Path | str | None = None,
+    fabric_file: Path | str | None = None,
+    nvidia_smi_topo: str | None = None,
+) -> Fabric:
+    """Build the fabric from every source that is configured or present."""
+    from slurmpolicy.settings import Fabric as FabricSettings
+
+    cfg = fabric_settings or FabricSettings()
+    conf = active_slurm_conf(slurm_conf)
+    node_list = list(nodes)
+    node_source = "slurm"
+    if not node_list and conf.exists():
+        node_list, _plugin = read_slurm_conf_nodes(conf)
+        node_source = str(conf)
+    specs: list[FabricSpec] = []
+    if node_list:
+        specs.append(spec_from_nodes(node_list, source=node_source))
+    ff = fabric_file or cfg.fabric_file
+    if ff:
+        specs.append(read_fabric_file(ff))
+    tc = topology_conf or cfg.topology_conf
+    if tc:
+        specs.append(read_topology_conf(tc))
+    else:
+        beside = conf.parent / "topology.conf"
+        if beside.exists():
+            specs.append(read_topology_conf(beside))
+    pattern = nvidia_smi_topo if nvidia_smi_topo is not None else cfg.nvidia_smi_topo
+    if pattern:
+        paths = [Path(p) for p in sorted(glob.glob(pattern))]
+        if not paths:
+            raise TopologyError(
+                f"nvidia_smi_topo = {pattern!r} matches no file; expected a glob of"
+                " `nvidia-smi topo -m` outputs named after their host (dgx01.txt)"
+            )
+        specs.append(read_topo_files(paths))
+    if node_list:
+        specs.append(spec_from_features(node_list, cfg.nvlink_feature_prefix,
+                                        cfg.leaf_feature_prefix,
+                                        source=f"node features ({node_source})"))
+    if not specs:
+        raise TopologyError(
+            f"no fabric source: Slurm gave no nodes, {conf} does not exist, and no"
+            " topology.conf or fabric file is configured (settings [fabric])"
+        )
+    merged = merge(specs)
+    known = [n.name for n in node_list] if node_list else None
+    return Fabric(merged, known_nodes=known)

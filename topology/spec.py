@@ -1,0 +1,210 @@
+"""What the fabric sources say, before it becomes a Fabric.
+
+Owns the plain records every source parser produces (topology.conf, the
+fabric file, ``nvidia-smi topo -m``, node features, the synthetic generator)
+and the merge of several of them into one :class:`FabricSpec`. A merge that
+finds two sources grouping hosts differently records a :class:`Conflict`; it
+does not pick a winner silently (the precedence used is written in the
+conflict, and ``slurmpolicy fabric check`` fails on any conflict).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from slurmpolicy.topology.types import Health, Level
+
+#: Per-GPU memory of common data-centre GPUs, in GB, used when a source names
+#: the type but not the memory. Types with several memory sizes (a100: 40 or
+#: 80) are left out on purpose: guessing would be wrong half the time.
+KNOWN_GPU_MEMORY_GB: Mapping[str, float] = {
+    "h100": 80.0,
+    "h800": 80.0,
+    "h200": 141.0,
+    "gh200": 96.0,
+    "b200": 180.0,
+    "gb200": 186.0,
+    "b300": 288.0,
+    "l40s": 48.0,
+    "l40": 48.0,
+    "l4": 24.0,
+    "a10": 24.0,
+    "a30": 24.0,
+    "v100": 32.0,
+    "mi300x": 192.0,
+}
+
+
+@dataclass(slots=True)
+class GpuLink:
+    """One GPU of a host as ``nvidia-smi topo -m`` describes it."""
+
+    index: int
+    #: NVLink count (the # of NV#) to each peer GPU index.
+    nvlinks: dict[int, int] = field(default_factory=dict)
+    #: NIC names whose affinity to this GPU is PIX or PXB (same PCIe switch).
+    near_nics: tuple[str, ...] = ()
+    cpu_affinity: str = ""
+    numa_affinity: str = ""
+
+
+@dataclass(slots=True)
+class HostSpec:
+    """Everything known about one host; None = this source does not say."""
+
+    name: str
+    gpus: int | None = None
+    gpu_type: str | None = None
+    gpu_memory_gb: float | None = None
+    nvlink: str | None = None
+    leaf: str | None = None
+    #: Per-GPU detail from nvidia-smi, when known.
+    gpu_links: tuple[GpuLink, ...] = ()
+    nics: tuple[str, ...] = ()
+    #: Where each field came from, for conflict messages: field -> "file:line".
+    origin: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """Health (and bandwidth) of one link, named by its two ends.
+
+    An end is a host, a switch, an NVLink domain, or ``host:gpuN``.
+    """
+
+    a: str
+    b: str
+    health: Health = Health.OK
+    bandwidth_gbps: float | None = None
+    origin: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Two sources disagree; ``message`` says who said what and who won."""
+
+    level: Level
+    message: str
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class FabricSpec:
+    """One source's (or the merged) description of the fabric."""
+
+    source: str = ""
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+    #: Switch -> its parent switch (leaf -> spine -> core ...).
+    parents: dict[str, str] = field(default_factory=dict)
+    links: list[LinkSpec] = field(default_factory=list)
+    #: topology.conf block form: the BlockSizes line, if any.
+    block_sizes: tuple[int, ...] = ()
+    conflicts: list[Conflict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: Names of the sources merged into this spec, highest precedence first.
+    sources: tuple[str, ...] = ()
+
+    def host(self, name: str) -> HostSpec:
+        spec = self.hosts.get(name)
+        if spec is None:
+            spec = self.hosts[name] = HostSpec(name)
+        return spec
+
+
+_HOST_FIELDS = ("gpus", "gpu_type", "gpu_memory_gb")
+_GROUP_FIELDS: tuple[tuple[str, Level], ...] = (("nvlink", Level.NVLINK), ("leaf", Level.LEAF))
+
+
+def _grouping_conflicts(
+    winner: FabricSpec, loser: FabricSpec, attr: str, level: Level
+) -> list[Conflict]:
+    """Label-agnostic comparison: do the two sources group hosts the same way?
+
+    Sources may name a leaf differently (feature ``leaf1`` vs switch ``ibsw-07``);
+    what matters is whether they put the same hosts together.
+    """
+    common = sorted(
+        h for h in winner.hosts.keys() & loser.hosts.keys()
+        if getattr(winner.hosts[h], attr) is not None and getattr(loser.hosts[h], attr) is not None
+    )
+    w_to_l: dict[str, dict[str, list[str]]] = {}
+    l_to_w: dict[str, dict[str, list[str]]] = {}
+    for h in common:
+        w, lo = getattr(winner.hosts[h], attr), getattr(loser.hosts[h], attr)
+        w_to_l.setdefault(w, {}).setdefault(lo, []).append(h)
+        l_to_w.setdefault(lo, {}).setdefault(w, []).append(h)
+    out: list[Conflict] = []
+    name = level.name.lower()
+    for w, parts in sorted(w_to_l.items()):
+        if len(parts) > 1:
+            said = "; ".join(f"{_hl(hs)} in {lo}" for lo, hs in sorted(parts.items()))
+            out.append(Conflict(level, (
+                f"{winner.source} puts {_hl([h for hs in parts.values() for h in hs])} in one "
+                f"{name} ({w}) but {loser.source} splits them: {said}; using {winner.source}"
+            ), (winner.source, loser.source)))
+    for lo, parts in sorted(l_to_w.items()):
+        if len(parts) > 1:
+            said = "; ".join(f"{_hl(hs)} in {w}" for w, hs in sorted(parts.items()))
+            out.append(Conflict(level, (
+                f"{loser.source} puts {_hl([h for hs in parts.values() for h in hs])} in one "
+                f"{name} ({lo}) but {winner.source} splits them: {said}; using {winner.source}"
+            ), (winner.source, loser.source)))
+    return out
+
+
+def _hl(hosts: Iterable[str]) -> str:
+    from slurmpolicy.hostlist import compress
+
+    return compress(hosts)
+
+
+def merge(specs: Iterable[FabricSpec]) -> FabricSpec:
+    """Merge sources, highest precedence first. Disagreements become Conflicts.
+
+    Fields a higher source leaves unset are filled from lower ones; a field
+    both set differently is taken from the higher source and reported.
+    """
+    ordered = [s for s in specs if s is not None]
+    out = FabricSpec(source="+".join(s.source for s in ordered) or "empty",
+                     sources=tuple(s.source for s in ordered))
+    for i, spec in enumerate(ordered):
+        out.warnings.extend(spec.warnings)
+        out.conflicts.extend(spec.conflicts)
+        if spec.block_sizes and not out.block_sizes:
+            out.block_sizes = spec.block_sizes
+        for higher in ordered[:i]:
+            for attr, level in _GROUP_FIELDS:
+                out.conflicts.extend(_grouping_conflicts(higher, spec, attr, level))
+        for name, host in spec.hosts.items():
+            merged = out.host(name)
+            for attr in ("gpus", "gpu_type", "gpu_memory_gb", "nvlink", "leaf"):
+                theirs = getattr(host, attr)
+                if theirs is None:
+                    continue
+                ours = getattr(merged, attr)
+                if ours is None:
+                    setattr(merged, attr, theirs)
+                    if attr in host.origin:
+                        merged.origin[attr] = host.origin[attr]
+                elif attr in _HOST_FIELDS and ours != theirs:
+                    out.conflicts.append(Conflict(Level.HOST, (
+                        f"{name}: {attr} is {ours!r} in"
+                        f" {merged.origin.get(attr, 'a higher source')}"
+                        f" but {theirs!r} in {host.origin.get(attr, spec.source)};"
+                        f" using {ours!r}"
+                    ), (out.sources[0], spec.source)))
+            if host.gpu_links and not merged.gpu_links:
+                merged.gpu_links = host.gpu_links
+                merged.nics = host.nics
+        for child, parent in spec.parents.items():
+            known = out.parents.get(child)
+            if known is None:
+                out.parents[child] = parent
+            elif known != parent:
+                out.conflicts.append(Conflict(Level.SPINE, (
+                    f"switch {child} is under {known} in a higher source but under {parent}"
+                    f" in {spec.source}; using {known}"
+                ), (spec.source,)))
+        out.links.extend(spec.links)
+    return out
