@@ -180,6 +180,8 @@ class RawResult:
     wall_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     events: int = 0
+    #: slurmpolicy mode: how many actions of each kind were applied.
+    actions: dict[str, int] = field(default_factory=dict)
 
 
 class Simulator:

@@ -87,6 +87,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
                                      if raw.multi_node else None),
         "makespan_hours": raw.makespan / 3600.0,
         "plan_calls": raw.plan_calls,
+        "actions": dict(raw.actions),
         "events": raw.events,
         "wall_seconds": raw.wall_seconds,
         "peak_rss_mb": raw.peak_rss_mb,
@@ -155,10 +156,10 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     add("jobs completed", lambda s: s["completed"], "{:,}".format)
     for c in summaries[0]["by_class"]:
         for q in ("mean", "p50", "p95", "p99"):
-            add(f"wait {q} [{c}]", lambda s, c=c, q=q: s["by_class"].get(c, {}).get(
+            add(f"{c} wait {q}", lambda s, c=c, q=q: s["by_class"].get(c, {}).get(
                 "wait", {}).get(q), _dur)
-    add("wait mean [all]", lambda s: s["wait"]["mean"], _dur)
-    add("wait p95 [all]", lambda s: s["wait"]["p95"], _dur)
+    add("all jobs wait mean", lambda s: s["wait"]["mean"], _dur)
+    add("all jobs wait p95", lambda s: s["wait"]["p95"], _dur)
     add("job completion time mean", lambda s: s["jct_mean"], _dur)
     add("wait-to-run ratio", lambda s: s["wait_to_run"], "{:.3f}".format)
     add("GPU allocation", lambda s: s["allocation"], pct)
