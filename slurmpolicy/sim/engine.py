@@ -534,7 +534,7 @@ class Simulator:
         head: SimJob | None = None
         shadow = math.inf
         head_hosts: set[int] = set()
-        failed: set[tuple[int, int, bool]] = set()
+        failed: set[tuple[int, int, bool, bool]] = set()
         started = False
         seen = 0
         min_resv = min((r.start for r in self.reservations.values()), default=math.inf)
@@ -543,12 +543,21 @@ class Simulator:
             if j.state != PENDING or j.key is not key:
                 continue
             seen += 1
-            if seen > depth or self.hosts.free_gpus <= 0:
+            if seen > depth:
                 break
+            if self.hosts.free_gpus <= 0:
+                # Nothing can start; Slurm still weighs preemption for the waiting jobs.
+                if self.mode is Mode.SLURMPOLICY:
+                    break
+                self._blocked(j)
+                if not backfill:
+                    break
+                continue
             if j.begin_time is not None and j.begin_time > now:
                 continue
             spec = j.spec
-            shape = (spec.nodes, spec.gpus_per_node, now + spec.time_limit <= min_resv)
+            shape = (spec.nodes, spec.gpus_per_node, now + spec.time_limit <= min_resv,
+                     now + spec.time_limit <= shadow)
             if j.resv is None and shape in failed and head is not None:
                 self._blocked(j)
                 continue

@@ -1,0 +1,100 @@
+"""The simulated Slurm on tiny hand-made traces: backfill, preemption, checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmpolicy.sim import Hosts, replay
+from slurmpolicy.sim.engine import DONE, Simulator, SlurmModel
+from slurmpolicy.sim.trace import SyntheticSpec, TraceJob, TraceRules, generate
+
+
+def job(job_id: int, submit: float, gpus: int, duration: float, limit: float,
+        cls: str = "research", save: float = 5.0, nodes: int = 1) -> TraceJob:
+    return TraceJob(job_id=job_id, submit=submit, duration=duration, nodes=nodes,
+                    gpus_per_node=gpus, account="acct", job_class=cls, time_limit=limit,
+                    ckpt_interval=1800.0, save_time=save, restore_time=60.0)
+
+
+def run(trace: list[TraceJob], mode: str, hosts: int = 1, **slurm: float) -> Simulator:
+    sim = Simulator(trace, Hosts.layout(hosts, 8, hosts_per_leaf=2), mode,
+                    slurm=SlurmModel(**slurm))  # type: ignore[arg-type]
+    sim.run()
+    assert all(j.state == DONE for j in sim.jobs)
+    return sim
+
+
+def test_easy_backfill_never_delays_the_head_job() -> None:
+    trace = [
+        job(1, 0, 4, 1000, 1000),      # runs 0..1000
+        job(2, 10, 8, 500, 1000),      # head: needs the whole host at 1000
+        job(3, 20, 4, 100, 2000),      # fits now but its limit passes 1000: must wait
+        job(4, 30, 4, 400, 500),       # fits now and ends before 1000: backfilled
+    ]
+    sim = run(trace, "slurm-grace")
+    j = sim.by_id
+    assert j[2].first_start == 1000.0
+    assert j[4].first_start is not None and j[4].first_start < 1000.0
+    assert j[4].end is not None and j[4].end <= 1000.0
+    assert j[3].first_start is not None and j[3].first_start >= 1500.0
+
+
+def test_slurm_requeue_loses_the_work_since_the_last_periodic_checkpoint() -> None:
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental"),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    sim = run(trace, "slurm-requeue")
+    victim, high = sim.by_id[1], sim.by_id[2]
+    # Preempted 53 s after the production job arrived; last checkpoint at 3600 s.
+    assert victim.preemptions == 1
+    assert victim.lost_work == pytest.approx(4053 - 3600)
+    assert high.first_start == pytest.approx(4054.0)
+    # Restarts after the production job: restore 60 s, then the 6400 s left.
+    assert victim.end == pytest.approx(4154 + 60 + 6400)
+
+
+def test_slurm_grace_save_within_grace_loses_nothing() -> None:
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=5.0),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    sim = run(trace, "slurm-grace")
+    victim, high = sim.by_id[1], sim.by_id[2]
+    assert victim.preemptions == 1
+    assert victim.lost_work == 0.0
+    assert high.first_start == pytest.approx(4053 + 5 + 1)
+
+
+def test_slurm_grace_save_longer_than_grace_loses_work() -> None:
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    sim = run(trace, "slurm-grace", grace_time=30.0)
+    victim, high = sim.by_id[1], sim.by_id[2]
+    assert victim.lost_work == pytest.approx(4053 - 3600)
+    assert high.first_start == pytest.approx(4053 + 30 + 1)
+
+
+def test_production_is_never_a_victim_and_equal_tiers_do_not_preempt() -> None:
+    trace = [job(1, 0, 8, 5000, 6000, cls="production"),
+             job(2, 100, 8, 100, 3600, cls="production"),
+             job(3, 200, 8, 100, 3600, cls="research")]
+    sim = run(trace, "slurm-requeue")
+    assert sum(j.preemptions for j in sim.jobs) == 0
+    assert sim.by_id[2].first_start == 5000.0
+
+
+def test_multi_node_jobs_are_placed_within_one_leaf_when_possible() -> None:
+    # 4 hosts, 2 per leaf; a 1-GPU job on the first host leaves leaf2 whole.
+    trace = [job(1, 0, 1, 1000, 3600), job(2, 10, 8, 100, 3600, nodes=2)]
+    sim = run(trace, "slurm-grace", hosts=4)
+    assert sim.multi == [1, 1, 0]
+
+
+def test_replay_is_deterministic_for_a_seed() -> None:
+    trace = generate(SyntheticSpec(jobs=400, seed=5, mean_interarrival=60),
+                     TraceRules(seed=5))
+    hosts = Hosts.layout(8, 8, hosts_per_leaf=4)
+    a = replay(trace, hosts, "slurm-grace")[1]
+    b = replay(trace, hosts, "slurm-grace")[1]
+    for volatile in ("wall_seconds", "peak_rss_mb"):
+        a.pop(volatile), b.pop(volatile)
+    assert a == b
+    assert a["completed"] == 400
+    assert a["preemptions"] > 0
