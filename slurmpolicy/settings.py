@@ -85,7 +85,10 @@ class Reservations(_Section):
     name_prefix: str = "spolicy_"
     #: Only update a reservation when its start moved by more than this.
     update_threshold: Seconds = 300.0
+    #: At most this many starving jobs get a reservation search per cycle.
     max_per_cycle: PositiveInt = 10
+    #: Length of a reservation for a job without a time limit.
+    default_duration: Seconds = 86400.0
 
 
 class Preemption(_Section):
@@ -105,6 +108,12 @@ class Preemption(_Section):
     #: A victim that never acknowledged a promised checkpoint this many times
     #: counts as unable to checkpoint.
     missed_ack_limit: PositiveInt = 1
+    #: At most this many new preemptions start per cycle.
+    max_per_cycle: PositiveInt = 4
+    #: At most this many waiting jobs get a victim search per cycle.
+    max_searches_per_cycle: PositiveInt = 16
+    #: Abort a preemption whose beneficiary has not started this long after it began.
+    beneficiary_start_timeout: Seconds = 1800.0
 
 
 class Window(_Section):
@@ -213,6 +222,7 @@ _DURATION_KEYS = {
     ("fairshare", "half_life"), ("aging", "max_age"), ("reservations", "starvation_wait"),
     ("reservations", "update_threshold"), ("preemption", "min_runtime"),
     ("preemption", "default_grace"), ("preemption", "restart_cost"),
+    ("preemption", "beneficiary_start_timeout"), ("reservations", "default_duration"),
     ("daemon", "interval"), ("daemon", "max_snapshot_age"), ("daemon", "max_backoff"),
     ("slurm", "command_timeout"),
 }

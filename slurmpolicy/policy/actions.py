@@ -78,6 +78,17 @@ class StartPreemption(Action):
     reservation: str
     #: GPU-seconds of work the victims will lose (since their last checkpoint).
     expected_lost_gpu_seconds: float = 0.0
+    #: Slurm's restart count of each victim (parallel to ``victims``): with
+    #: the job id it keys the victim's intent.
+    restart_counts: tuple[int, ...] = ()
+    #: Start and length (seconds) of the beneficiary's reservation on ``nodes``:
+    #: it starts now and lasts the beneficiary's time limit.
+    start_time: float = 0.0
+    duration: float = 0.0
+    #: The beneficiary's user, account and partition, for the reservation.
+    user: str = ""
+    account: str = ""
+    partition: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,10 +104,16 @@ class SignalCheckpoint(Action):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Requeue(Action):
+    """Requeue a victim (``scontrol requeue``); never cancel.
+
+    ``after`` says why now: "acknowledged" (its checkpoint ack came after the
+    signal), "deadline" (grace passed without an ack) or "no-checkpoint" (the
+    job has no checkpoint signal to wait for, so none was sent).
+    """
+
     preemption_id: str
     job_id: int
     restart_count: int
-    #: "acknowledged" or "deadline".
     after: str
 
 
@@ -203,6 +220,8 @@ class Intents:
     missed_acks: Mapping[int, int] = field(default_factory=dict)
     #: Site factors the daemon last set (to emit only real changes).
     site_factors: Mapping[int, int] = field(default_factory=dict)
+    #: Begin times the daemon last set for deferrable jobs (None: released).
+    begin_times: Mapping[int, float | None] = field(default_factory=dict)
 
     def open_preemptions(self) -> list[PreemptionIntent]:
         return [p for p in self.preemptions if p.open]

@@ -1,0 +1,382 @@
+"""The planner's working view of one cycle, built once and shared by every rule.
+
+Owns the indexes that make a plan over 20,000 jobs cheap: each job's parsed
+directives (cached by admin_comment text, since most jobs share a handful),
+its class, jobs by partition / host / account, free GPUs per host, hosts per
+partition and GPU type, and a per-level "most hosts with >= g free GPUs in
+one domain" table that answers "could this shape start now?" without walking
+the fabric per job. ``plan()`` and ``explain()`` both build one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
+from slurmpolicy.model import Job, Node, Reservation, Snapshot
+from slurmpolicy.policy import fairshare
+from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
+from slurmpolicy.policy.classes import JobClass, resolve_class
+from slurmpolicy.settings import Settings
+from slurmpolicy.topology.types import Level, Shape
+
+if TYPE_CHECKING:
+    from slurmpolicy.topology import Fabric
+
+#: Slurm reasons that mean "waiting on a limit", reported as quota.
+QUOTA_PREFIXES = ("QOS", "Assoc", "MaxCpu", "MaxGRES", "MaxJob", "MaxNode", "MaxMem",
+                  "Partition", "AccountNotAllowed", "InvalidAccount", "InvalidQOS")
+DEPENDENCY_REASONS = ("Dependency", "DependencyNeverSatisfied")
+#: Levels a job's --topology word names.
+TOPOLOGY_LEVELS = {"nvlink": Level.NVLINK, "leaf": Level.LEAF, "spine": Level.SPINE,
+                   "any": Level.CLUSTER}
+
+#: A running job whose expected end has passed is assumed to end this soon.
+OVERDUE_GRACE = 60.0
+
+
+def reservation_names(prefix: str, job_id: int) -> tuple[str, str]:
+    """Names of our starvation and preemption reservations for a job."""
+    return f"{prefix}job_{job_id}", f"{prefix}pre_{job_id}"
+
+
+def job_gpus_per_node(job: Job) -> int:
+    if job.gpus_per_node > 0:
+        return job.gpus_per_node
+    if job.gpus > 0:
+        return -(-job.gpus // max(1, job.node_count))
+    return 0
+
+
+def job_gpus(job: Job) -> int:
+    return job.gpus if job.gpus > 0 else job.gpus_per_node * job.node_count
+
+
+class Context:
+    """Indexes over one snapshot; every method is pure and cached."""
+
+    def __init__(self, snapshot: Snapshot, fabric: Fabric, settings: Settings,
+                 intents: Intents, now: float) -> None:
+        self.snapshot = snapshot
+        self.fabric = fabric
+        self.settings = settings
+        self.intents = intents
+        self.now = now
+        self.prefix = settings.reservations.name_prefix
+        self._policy_by_text: dict[str, JobPolicy] = {}
+        self._class_cache: dict[tuple[str | None, str], JobClass] = {}
+        self.pending: list[Job] = []
+        self.running: list[Job] = []
+        self.by_id: dict[int, Job] = {}
+        self.pending_by_partition: dict[str, list[Job]] = {}
+        self.running_by_host: dict[str, list[Job]] = {}
+        for job in snapshot.jobs:
+            self.by_id[job.job_id] = job
+            if job.is_pending:
+                self.pending.append(job)
+                for part in self.partitions_of(job):
+                    self.pending_by_partition.setdefault(part, []).append(job)
+            elif job.is_running:
+                self.running.append(job)
+                for host in job.nodes:
+                    self.running_by_host.setdefault(host, []).append(job)
+        self.nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
+        fabric_hosts = set(fabric.hosts)
+        self.gpu_hosts: list[str] = sorted(
+            n.name for n in snapshot.nodes if n.gpus > 0 and n.name in fabric_hosts)
+        self.total_gpus = sum(self.nodes[h].gpus for h in self.gpu_hosts)
+        self.used_gpus = sum(min(self.nodes[h].gpus_alloc, self.nodes[h].gpus)
+                             for h in self.gpu_hosts)
+        self.free: dict[str, int] = {h: self.nodes[h].gpus_free for h in self.gpu_hosts}
+        self._partition_hosts: dict[str, tuple[str, ...]] = {}
+        for part in snapshot.partitions:
+            self._partition_hosts[part.name] = tuple(part.nodes)
+        if not any(self._partition_hosts.values()):
+            by_part: dict[str, list[str]] = {}
+            for node in snapshot.nodes:
+                for name in node.partitions:
+                    by_part.setdefault(name, []).append(node.name)
+            self._partition_hosts.update({k: tuple(v) for k, v in by_part.items()})
+        # Hosts held by a reservation active now, by host.
+        self.reserved_now: dict[str, list[Reservation]] = {}
+        for res in snapshot.reservations:
+            if res.is_active(now):
+                for host in res.nodes:
+                    self.reserved_now.setdefault(host, []).append(res)
+        self.fairshare = fairshare.compute(
+            settings, (j.account for j in self.pending), self.running, self.total_gpus,
+            intents.usage, intents.usage_at, now)
+        self.open_preemptions: list[PreemptionIntent] = intents.open_preemptions()
+        self.preemption_of_beneficiary: dict[int, PreemptionIntent] = {
+            p.beneficiary: p for p in self.open_preemptions}
+        #: Victims of open preemptions not yet requeued, and their deadlines.
+        self.victims_in_flight: dict[int, float | None] = {}
+        self.claimed_hosts: set[str] = set()
+        for p in self.open_preemptions:
+            self.claimed_hosts.update(p.nodes)
+            for v in p.victims:
+                if v.state not in (VictimState.REQUEUED, VictimState.ENDED):
+                    self.victims_in_flight[v.job_id] = v.deadline
+        self._domain_of: dict[Level, dict[str, str]] = {}
+        self._free_maps: dict[tuple[Any, ...], dict[str, int]] = {}
+        self._fit_tables: dict[tuple[Any, ...], dict[int, int]] = {}
+        self._data_hosts: dict[str, frozenset[str]] | None = None
+
+    # --- directives and classes ------------------------------------------------
+    def policy(self, job: Job) -> JobPolicy:
+        text = job.admin_comment
+        hit = self._policy_by_text.get(text)
+        if hit is None:
+            hit = self._policy_by_text[text] = parse_admin_comment(text)
+        return hit
+
+    def job_class(self, job: Job) -> JobClass:
+        policy = self.policy(job)
+        key = (policy.job_class, job.account)
+        hit = self._class_cache.get(key)
+        if hit is None:
+            hit = self._class_cache[key] = resolve_class(self.settings, policy, job.account)
+        return hit
+
+    def can_checkpoint(self, job: Job) -> bool:
+        """True when the job promised a checkpoint and has not missed acks too often."""
+        return (self.policy(job).can_checkpoint
+                and self.intents.missed_acks.get(job.job_id, 0)
+                < self.settings.preemption.missed_ack_limit)
+
+    def shielded_by_no_checkpoint(self, job: Job) -> bool:
+        """Unable to checkpoint *and* in a partition where that is allowed.
+
+        Such jobs are chosen last as victims. A job that cannot checkpoint in a
+        partition not listed in ``preemption.no_checkpoint_partitions`` gets no
+        such shelter: it is ordered by lost work like everyone else.
+        """
+        if self.can_checkpoint(job):
+            return False
+        allowed = self.settings.preemption.no_checkpoint_partitions
+        return not allowed or job.partition in allowed
+
+    # --- partitions, hosts, free GPUs -------------------------------------------
+    @staticmethod
+    def partitions_of(job: Job) -> list[str]:
+        return [p for p in job.partition.split(",") if p] or [""]
+
+    def hosts_of_partitions(self, partition: str) -> tuple[str, ...]:
+        hit = self._partition_hosts.get(partition)
+        if hit is not None:
+            return hit
+        names: set[str] = set()
+        for part in self.partitions_of_text(partition):
+            names.update(self._partition_hosts.get(part, ()))
+        if not names and partition in ("", None):
+            names.update(self.gpu_hosts)
+        result = tuple(sorted(names))
+        self._partition_hosts[partition] = result
+        return result
+
+    @staticmethod
+    def partitions_of_text(text: str) -> list[str]:
+        return [p for p in text.split(",") if p]
+
+    def gpu_type(self, job: Job) -> str | None:
+        return self.policy(job).gpu_type or job.gpu_type or None
+
+    def gpus_of_type(self, host: str, gpu_type: str | None) -> tuple[int, int]:
+        """(configured, free) GPUs of ``gpu_type`` on host (any type when None)."""
+        node = self.nodes[host]
+        if gpu_type is None:
+            return node.gpus, node.gpus_free
+        total = node.gpus_by_type.get(gpu_type, 0)
+        if not node.schedulable:
+            return total, 0
+        return total, max(0, total - node.gpus_alloc_by_type.get(gpu_type, 0))
+
+    def eligible_hosts(self, job: Job) -> list[str]:
+        """GPU hosts of the job's partitions whose GPUs match its type."""
+        gpu_type = self.gpu_type(job)
+        key = ("eligible", job.partition, gpu_type)
+        hit = self._free_maps.get(key)
+        if hit is None:
+            nodes = self.nodes
+            hit = {}
+            for h in self.hosts_of_partitions(job.partition):
+                if h in nodes and h in self.free:
+                    total, _ = self.gpus_of_type(h, gpu_type)
+                    if total > 0:
+                        hit[h] = total
+            self._free_maps[key] = hit
+        return list(hit)
+
+    def own_reservations(self, job: Job) -> set[str]:
+        names = set(reservation_names(self.prefix, job.job_id))
+        if job.reservation:
+            names.add(job.reservation)
+        return names
+
+    def free_map(self, job: Job) -> dict[str, int]:
+        """Free GPUs (of the job's type) on hosts the job could start on now.
+
+        Hosts inside a reservation active now are excluded unless the
+        reservation is the job's own (ours for it, or one it asked for).
+        """
+        gpu_type = self.gpu_type(job)
+        key = ("free", job.partition, gpu_type)
+        base = self._free_maps.get(key)
+        if base is None:
+            base = {}
+            for h in self.eligible_hosts(job):
+                if h in self.reserved_now:
+                    continue
+                _, free = self.gpus_of_type(h, gpu_type)
+                if free > 0:
+                    base[h] = free
+            self._free_maps[key] = base
+        own = self.own_reservations(job)
+        extra = {h: self.gpus_of_type(h, gpu_type)[1]
+                 for res_name in own if (res := self.snapshot.reservation(res_name))
+                 and res.is_active(self.now) for h in res.nodes if h in self.free}
+        if not extra:
+            return base
+        merged = dict(base)
+        merged.update({h: f for h, f in extra.items() if f > 0})
+        return merged
+
+    # --- the fabric, per level, without graph walks -----------------------------
+    def domain_of(self, host: str, level: Level) -> str:
+        table = self._domain_of.get(level)
+        if table is None:
+            table = self._domain_of[level] = {}
+        hit = table.get(host)
+        if hit is None:
+            if level >= Level.CLUSTER:
+                hit = "cluster"
+            elif level <= Level.HOST:
+                hit = host
+            else:
+                hit = self.fabric.domain_of(host, level)
+            table[host] = hit
+        return hit
+
+    def level_of(self, job: Job) -> tuple[Level, bool]:
+        policy = self.policy(job)
+        return TOPOLOGY_LEVELS.get(policy.topology, Level.CLUSTER), policy.topology_strict
+
+    def shape_of(self, job: Job, prefer: frozenset[str] = frozenset()) -> Shape:
+        level, strict = self.level_of(job)
+        policy = self.policy(job)
+        if not prefer and policy.data:
+            prefer = self.data_hosts(policy.data)
+        return Shape(nodes=max(1, job.node_count), gpus_per_node=job_gpus_per_node(job),
+                     level=level, strict=strict, gpu_type=self.gpu_type(job),
+                     min_gpu_memory_gb=policy.min_gpu_memory_gb, prefer=prefer)
+
+    def _fit_table(self, free: Mapping[str, int], level: Level, key: Any) -> dict[int, int]:
+        """g -> most hosts with >= g free GPUs inside one domain of ``level``."""
+        table = self._fit_tables.get((key, level)) if key is not None else None
+        if table is not None:
+            return table
+        counts: dict[str, dict[int, int]] = {}
+        for host, f in free.items():
+            if f <= 0:
+                continue
+            per = counts.setdefault(self.domain_of(host, level), {})
+            per[f] = per.get(f, 0) + 1
+        table = {}
+        for per in counts.values():
+            running = 0
+            for g in sorted(per, reverse=True):
+                running += per[g]
+                if running > table.get(g, 0):
+                    table[g] = running
+        # Make it monotone: hosts with >= g also have >= any smaller g.
+        best = 0
+        for g in sorted(table, reverse=True):
+            best = max(best, table[g])
+            table[g] = best
+        if key is not None:
+            self._fit_tables[(key, level)] = table
+        return table
+
+    def most_hosts_in_one_domain(self, free: Mapping[str, int], gpus_per_node: int,
+                                 level: Level, key: Any = None) -> int:
+        table = self._fit_table(free, level, key)
+        eligible = [c for g, c in table.items() if g >= gpus_per_node]
+        return max(eligible) if eligible else 0
+
+    def fits_now(self, job: Job) -> bool:
+        """Could the job's shape start on what is free now (by counting, no search)?"""
+        gpn = job_gpus_per_node(job)
+        if gpn <= 0:
+            return True
+        level, strict = self.level_of(job)
+        free = self.free_map(job)
+        key = ("free", job.partition, self.gpu_type(job)) if free is self._free_maps.get(
+            ("free", job.partition, self.gpu_type(job))) else None
+        need = max(1, job.node_count)
+        return self.most_hosts_in_one_domain(
+            free, gpn, level if strict else Level.CLUSTER, key) >= need
+
+    def free_gpus_for(self, job: Job) -> int:
+        return sum(self.free_map(job).values())
+
+    def fragmentation_blocked(self, job: Job) -> bool:
+        """Enough GPUs are free in total, but not in the shape the job needs."""
+        gpus = job_gpus(job)
+        return gpus > 0 and self.free_gpus_for(job) >= gpus and not self.fits_now(job)
+
+    # --- time -------------------------------------------------------------------
+    def expected_end(self, job: Job) -> float:
+        """When a running job is expected to end: its expected runtime, else its limit."""
+        start = job.start_time if job.start_time is not None else self.now
+        runtime = self.policy(job).expected_runtime
+        limit = job.time_limit
+        if runtime is not None and (limit is None or runtime < limit):
+            end = start + runtime
+        elif limit is not None:
+            end = start + limit
+        else:
+            end = math.inf
+        deadline = self.victims_in_flight.get(job.job_id)
+        if job.job_id in self.victims_in_flight:
+            # Being preempted: it goes at its checkpoint deadline at the latest.
+            end = min(end, deadline if deadline is not None
+                      else self.now + self.settings.preemption.default_grace)
+        return max(end, self.now + OVERDUE_GRACE) if end < self.now + OVERDUE_GRACE else end
+
+    def wait_seconds(self, job: Job) -> float:
+        since = job.eligible_time or job.submit_time
+        return max(0.0, self.now - since) if since is not None else 0.0
+
+    def blocked_by_slurm(self, job: Job) -> str:
+        """The category of a reason that is not about resources ("" when none)."""
+        reason = job.reason or ""
+        if job.is_held:
+            return "held"
+        if reason in DEPENDENCY_REASONS:
+            return "dependency"
+        if reason == "BeginTime" or (job.begin_time is not None and job.begin_time > self.now):
+            return "deferred"
+        if reason.startswith(QUOTA_PREFIXES):
+            return "quota"
+        return ""
+
+    # --- data locality ----------------------------------------------------------
+    def data_hosts(self, name: str) -> frozenset[str]:
+        """Hosts holding data set ``name`` (node feature ``data_NAME``)."""
+        if self._data_hosts is None:
+            index: dict[str, set[str]] = {}
+            for node in self.snapshot.nodes:
+                for feature in node.features:
+                    if feature.startswith("data_"):
+                        index.setdefault(feature[5:], set()).add(node.name)
+            extra = getattr(self.fabric, "data_hosts", None)
+            if callable(extra):
+                try:
+                    for data_name, hosts in dict(extra()).items():
+                        index.setdefault(data_name, set()).update(hosts)
+                except TypeError:
+                    pass
+            self._data_hosts = {k: frozenset(v) for k, v in index.items()}
+        return self._data_hosts.get(name, frozenset())

@@ -1,0 +1,128 @@
+"""``plan()``: one cycle's decisions, as data; and ``apply_to_intents()``.
+
+Owns the order the rules run in and how their actions combine:
+
+1. open preemptions move on (signal, requeue, finish, abort);
+2. new preemptions for the highest waiting jobs that cannot start;
+3. starvation reservations (created, moved, deleted);
+4. deferral of ``--deferrable`` jobs;
+5. site factors (only real changes, capped per cycle).
+
+``plan`` is pure: the same inputs give the same Plan, and it reads no clock
+but ``now``. ``apply_to_intents`` advances Intents from a Plan the way the
+daemon's executor does when every action succeeds, so that the simulator and
+the tests can drive several cycles without a journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from slurmpolicy.model import Snapshot
+from slurmpolicy.policy import deferral, preemption, priority, reservations
+from slurmpolicy.policy.actions import (
+    Action,
+    CreateReservation,
+    DeleteReservation,
+    FinishPreemption,
+    Intents,
+    Plan,
+    PreemptionIntent,
+    PreemptionState,
+    Requeue,
+    ReservationIntent,
+    SetBeginTime,
+    SetSiteFactor,
+    SignalCheckpoint,
+    StartPreemption,
+    UpdateReservation,
+    VictimIntent,
+    VictimState,
+)
+from slurmpolicy.policy.context import Context
+from slurmpolicy.settings import Settings
+
+if TYPE_CHECKING:
+    from slurmpolicy.topology import Fabric
+
+
+def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
+         now: float) -> Plan:
+    """What slurmpolicy would do now; every action carries its reason."""
+    ctx = Context(snapshot, fabric, settings, intents, now)
+    prio = priority.compute(ctx)
+    actions: list[Action] = []
+    actions.extend(preemption.advance_all(ctx))
+    started = preemption.start_preemptions(ctx, prio)
+    actions.extend(started)
+    beneficiaries = set(ctx.preemption_of_beneficiary)
+    claimed = set(ctx.claimed_hosts)
+    for action in started:
+        if isinstance(action, StartPreemption):
+            beneficiaries.add(action.beneficiary)
+            claimed.update(action.nodes)
+    actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
+    actions.extend(deferral.deferral_actions(ctx))
+    actions.extend(priority.site_factor_actions(ctx, prio))
+    return Plan(actions=tuple(actions), effective_priority=prio.effective)
+
+
+def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:
+    """Intents after the executor carried out every action of ``plan`` at ``now``."""
+    preemptions = {p.preemption_id: p for p in intents.preemptions}
+    res = {r.name: r for r in intents.reservations}
+    preempted_at = dict(intents.preempted_at)
+    missed = dict(intents.missed_acks)
+    site = dict(intents.site_factors)
+    begin = dict(intents.begin_times)
+
+    def set_victim(pid: str, job_id: int, **changes: object) -> None:
+        p = preemptions.get(pid)
+        if p is None:
+            return
+        victims = tuple(replace(v, **changes) if v.job_id == job_id else v  # type: ignore[arg-type]
+                        for v in p.victims)
+        states = {v.state for v in victims}
+        state = p.state
+        if states <= {VictimState.REQUEUED, VictimState.ENDED}:
+            state = PreemptionState.REQUEUED
+        elif VictimState.SIGNALLED in states:
+            state = PreemptionState.SIGNALLED
+        preemptions[pid] = replace(p, victims=victims, state=state)
+
+    for action in plan.actions:
+        if isinstance(action, SetSiteFactor):
+            site[action.job_id] = action.site_factor
+        elif isinstance(action, SetBeginTime):
+            begin[action.job_id] = action.begin_time
+        elif isinstance(action, (CreateReservation, UpdateReservation)):
+            res[action.name] = ReservationIntent(action.name, action.job_id, action.nodes,
+                                                 action.start_time, action.duration)
+        elif isinstance(action, DeleteReservation):
+            res.pop(action.name, None)
+        elif isinstance(action, StartPreemption):
+            counts = action.restart_counts or (0,) * len(action.victims)
+            preemptions[action.preemption_id] = PreemptionIntent(
+                preemption_id=action.preemption_id, beneficiary=action.beneficiary,
+                nodes=action.nodes, reservation=action.reservation,
+                state=PreemptionState.RESERVED,
+                victims=tuple(VictimIntent(job_id=v, restart_count=c, state=VictimState.PLANNED)
+                              for v, c in zip(action.victims, counts, strict=True)),
+                started_at=now)
+        elif isinstance(action, SignalCheckpoint):
+            set_victim(action.preemption_id, action.job_id, state=VictimState.SIGNALLED,
+                       signal=action.signal, signalled_at=now, deadline=action.deadline)
+        elif isinstance(action, Requeue):
+            set_victim(action.preemption_id, action.job_id, state=VictimState.REQUEUED)
+            preempted_at[action.job_id] = (*preempted_at.get(action.job_id, ()), now)
+            if action.after == "deadline":
+                missed[action.job_id] = missed.get(action.job_id, 0) + 1
+        elif isinstance(action, FinishPreemption):
+            p = preemptions.get(action.preemption_id)
+            if p is not None:
+                preemptions[action.preemption_id] = replace(
+                    p, state=PreemptionState.ABORTED if action.aborted else PreemptionState.DONE)
+    return replace(intents, preemptions=tuple(preemptions.values()),
+                   reservations=tuple(res.values()), preempted_at=preempted_at,
+                   missed_acks=missed, site_factors=site, begin_times=begin)

@@ -1,0 +1,403 @@
+"""Checkpoint-first preemption: whom to preempt for whom, and the steps after.
+
+Owns two things.
+
+*Choosing.* A pending job whose class outranks a preemptible class and that
+cannot start now may take GPUs from running jobs of strictly lower rank. A
+victim must be preemptible (class and ``--preemptible``), past its ``after=``
+window and ``preemption.min_runtime``, within its per-day budget, not already
+being preempted, and taking it must not push its account below its
+guaranteed share (so only borrowed capacity is ever reclaimed). Candidates
+come in tiers, tried in order until the fabric finds a compact node set:
+checkpoint-capable victims; then jobs that cannot checkpoint outside the
+partitions where that is allowed (no free shield); then the sheltered
+``--checkpoint=none`` jobs. On the chosen hosts, victims are picked by least
+lost work: GPUs x time since the last acknowledged checkpoint (or start),
+plus the restart cost.
+
+*Driving.* Each open :class:`PreemptionIntent` moves on from what the
+snapshot shows: signal each victim (deadline = now + grace), requeue it only
+after it acknowledged (a ``ckpt:`` stamp at or after the signal) or its
+deadline passed, finish when the victims are gone and the beneficiary runs,
+and abort the rest when the beneficiary started elsewhere, left, or fits
+without them. A victim that ended by itself is not requeued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from slurmpolicy.durations import humanize
+from slurmpolicy.jobpolicy import last_checkpoint
+from slurmpolicy.model import Job
+from slurmpolicy.policy.actions import (
+    Action,
+    Annotate,
+    DeleteReservation,
+    FinishPreemption,
+    PreemptionIntent,
+    Requeue,
+    SignalCheckpoint,
+    StartPreemption,
+    VictimState,
+)
+from slurmpolicy.policy.classes import lowest_preemptible_rank
+from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
+from slurmpolicy.policy.priority import PriorityResult
+from slurmpolicy.topology.types import Level, NoPlacement, Shape
+
+DAY = 86400.0
+
+
+def gpu_hours(gpu_seconds: float) -> str:
+    return f"{gpu_seconds / 3600:.1f} GPU-h"
+
+
+def lost_work(ctx: Context, job: Job) -> float:
+    """GPU-seconds lost if ``job`` stopped now, plus the cost of restarting it."""
+    start = job.start_time if job.start_time is not None else ctx.now
+    ckpt = last_checkpoint(job.comment)
+    since = max(start, ckpt) if ckpt is not None else start
+    gpus = job_gpus(job)
+    return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
+
+
+def preemptions_last_day(ctx: Context, job_id: int) -> int:
+    return sum(1 for t in ctx.intents.preempted_at.get(job_id, ()) if t > ctx.now - DAY)
+
+
+def why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> str | None:
+    """None when ``victim`` may be preempted by a job of ``beneficiary_rank``, else why not.
+
+    ``beneficiary_rank`` None checks everything but the class order.
+    The account-share rule needs the other victims and is checked on selection.
+    """
+    cls = ctx.job_class(victim)
+    if not cls.spec.preemptible:
+        return f"class {cls.name} is not preemptible"
+    if beneficiary_rank is not None and cls.rank >= beneficiary_rank:
+        return f"class {cls.name} is not below the waiting job's class"
+    policy = ctx.policy(victim)
+    if not policy.preemptible:
+        return "it asked --preemptible=no"
+    ran = ctx.now - (victim.start_time if victim.start_time is not None else ctx.now)
+    if ran < policy.preemptible_after:
+        return (f"it is inside its --preemptible=after window ({humanize(ran)} run of "
+                f"{humanize(policy.preemptible_after)})")
+    if ran < ctx.settings.preemption.min_runtime:
+        return (f"it has run {humanize(ran)}, less than the minimum runtime "
+                f"{humanize(ctx.settings.preemption.min_runtime)}")
+    if victim.job_id in ctx.victims_in_flight:
+        return "it is already being preempted"
+    used = preemptions_last_day(ctx, victim.job_id)
+    budget = ctx.settings.preemption.max_per_job_per_day
+    if used >= budget:
+        return f"it was preempted {used} times in the last day (budget {budget})"
+    if job_gpus(victim) <= 0:
+        return "it holds no GPUs"
+    return None
+
+
+def _gpus_on(job: Job, host: str) -> int:
+    return job.gpus_on_node.get(host, job_gpus_per_node(job)) if job.gpus_on_node else \
+        job_gpus_per_node(job)
+
+
+@dataclass(slots=True)
+class _Round:
+    """Bookkeeping across the beneficiaries of one cycle."""
+
+    allocated: dict[str, float]
+    taken: set[int]
+    claimed: set[str]
+
+
+def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
+    return (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
+            lost_work(ctx, job), job.job_id)
+
+
+def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
+            ) -> tuple[tuple[str, ...], list[Job]] | str:
+    """A node set and victims for ``beneficiary``, or why there is none."""
+    shape = ctx.shape_of(beneficiary)
+    gpn = shape.gpus_per_node
+    gpu_type = shape.gpu_type
+    own = ctx.own_reservations(beneficiary)
+    hosts = []
+    for h in ctx.eligible_hosts(beneficiary):
+        if h in state.claimed:
+            continue
+        if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
+            continue
+        hosts.append(h)
+    free = {h: ctx.gpus_of_type(h, gpu_type)[1] for h in hosts}
+    eligible: dict[int, Job] = {}
+    refusals: dict[str, list[str]] = {}
+    for h in hosts:
+        for victim in ctx.running_by_host.get(h, ()):
+            if victim.job_id in eligible or victim.job_id in state.taken:
+                continue
+            why = why_not_victim(ctx, victim, rank)
+            if why is None:
+                eligible[victim.job_id] = victim
+            else:
+                refusals.setdefault(why.split(" (")[0], []).append(why)
+    if not eligible:
+        detail = "; ".join(f"{len(w)} job(s): {w[0]}" for _, w in sorted(refusals.items())[:3])
+        return "no running job may be preempted for it" + (f" ({detail})" if detail else "")
+    tiers = [
+        [v for v in eligible.values() if ctx.can_checkpoint(v)],
+        [v for v in eligible.values() if not ctx.shielded_by_no_checkpoint(v)],
+        list(eligible.values()),
+    ]
+    level = shape.level if shape.strict else Level.CLUSTER
+    seen: set[int] = set()
+    last_reason = "the fabric has no compact node set even with preemption"
+    for tier in tiers:
+        if not tier or len(tier) == len(seen):
+            continue
+        seen = {v.job_id for v in tier}
+        by_host: dict[str, list[Job]] = {}
+        for v in tier:
+            for h in v.nodes:
+                if h in free:
+                    by_host.setdefault(h, []).append(v)
+        excluded: set[str] = set()
+        for _attempt in range(3):
+            avail = {h: free[h] + sum(_gpus_on(v, h) for v in by_host.get(h, ()))
+                     for h in hosts if h not in excluded}
+            avail = {h: f for h, f in avail.items() if f > 0}
+            if ctx.most_hosts_in_one_domain(avail, gpn, level) < shape.nodes:
+                break
+            # Hosts cheapest to free (least lost work; data hosts on ties) are
+            # preferred by place() among equally compact sets.
+            placement = ctx.fabric.place(
+                replace(shape, prefer=_cheapest_hosts(ctx, avail, free, by_host, shape)), avail)
+            if isinstance(placement, NoPlacement):
+                last_reason = placement.reason
+                break
+            picked = _pick_victims(ctx, placement.hosts, free, by_host, gpn, state)
+            if isinstance(picked, str):
+                excluded.add(picked)
+                last_reason = (f"freeing {picked} would push an account below its "
+                               f"guaranteed share")
+                continue
+            if not picked:
+                return "it fits without preemption"
+            return tuple(sorted(placement.hosts)), picked
+    return last_reason
+
+
+def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
+                    by_host: dict[str, list[Job]], shape: Shape) -> frozenset[str]:
+    gpn = shape.gpus_per_node
+    costs = []
+    for h, f in avail.items():
+        if f < gpn:
+            continue
+        cost = 0.0
+        got = free.get(h, 0)
+        for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
+            if got >= gpn:
+                break
+            got += _gpus_on(v, h)
+            cost += lost_work(ctx, v)
+        costs.append((cost, h not in shape.prefer, h))
+    costs.sort()
+    return frozenset(h for _, _, h in costs[:shape.nodes])
+
+
+def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],
+                  by_host: dict[str, list[Job]], gpn: int, state: _Round) -> list[Job] | str:
+    """Least-lost-work victims that free ``gpn`` GPUs on every host; else the host that fails."""
+    fs = ctx.fairshare
+    left = dict(state.allocated)
+    freed: dict[str, int] = {}
+    chosen: list[Job] = []
+    chosen_ids: set[int] = set()
+    order = sorted(hosts, key=lambda h: (-(gpn - free.get(h, 0)), h))
+    for h in order:
+        while free.get(h, 0) + freed.get(h, 0) < gpn:
+            options = sorted((v for v in by_host.get(h, ()) if v.job_id not in chosen_ids),
+                             key=lambda v: _sort_key(ctx, v))
+            pick = None
+            for v in options:
+                if left.get(v.account, 0) - job_gpus(v) >= fs.guaranteed_gpus(v.account) - 1e-9:
+                    pick = v
+                    break
+            if pick is None:
+                return h
+            chosen.append(pick)
+            chosen_ids.add(pick.job_id)
+            left[pick.account] = left.get(pick.account, 0) - job_gpus(pick)
+            for x in pick.nodes:
+                freed[x] = freed.get(x, 0) + _gpus_on(pick, x)
+    return chosen
+
+
+def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
+    """Open new preemptions for the highest waiting jobs that need them."""
+    s = ctx.settings.preemption
+    low = lowest_preemptible_rank(ctx.settings)
+    if not s.enabled or low is None:
+        return []
+    candidates = []
+    for job in ctx.pending:
+        cls = ctx.job_class(job)
+        if cls.rank <= low or job_gpus(job) <= 0:
+            continue
+        if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
+            continue
+        if ctx.policy(job).defer_window and job.begin_time and job.begin_time > ctx.now:
+            continue
+        candidates.append(job)
+    candidates.sort(key=lambda j: (-ctx.job_class(j).rank, -prio.effective[j.job_id],
+                                   j.submit_time or 0.0, j.job_id))
+    allocated: dict[str, float] = dict(ctx.fairshare.allocated)
+    for victim_id in ctx.victims_in_flight:
+        victim = ctx.by_id.get(victim_id)
+        if victim is not None and victim.is_running:
+            allocated[victim.account] = allocated.get(victim.account, 0) - job_gpus(victim)
+    state = _Round(allocated=allocated, taken=set(ctx.victims_in_flight),
+                   claimed=set(ctx.claimed_hosts))
+    actions: list[Action] = []
+    started = 0
+    tried = 0
+    for job in candidates:
+        if started >= s.max_per_cycle or tried >= s.max_searches_per_cycle:
+            break
+        if ctx.fits_now(job):
+            continue
+        tried += 1
+        cls = ctx.job_class(job)
+        result = _choose(ctx, job, cls.rank, state)
+        if isinstance(result, str):
+            actions.append(Annotate(job_id=job.job_id,
+                                    reason=f"no preemption for job {job.job_id}: {result}"))
+            continue
+        hosts, victims = result
+        if len(victims) > s.max_victims_per_job:
+            actions.append(Annotate(job_id=job.job_id, reason=(
+                f"no preemption for job {job.job_id}: it would need {len(victims)} victims, "
+                f"more than preemption.max_victims_per_job={s.max_victims_per_job}")))
+            continue
+        started += 1
+        victims.sort(key=lambda v: v.job_id)
+        lost = sum(lost_work(ctx, v) for v in victims)
+        for v in victims:
+            state.taken.add(v.job_id)
+            state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
+        state.claimed.update(hosts)
+        victim_words = ", ".join(
+            f"{v.job_id} ({ctx.job_class(v).name}, {v.account}, "
+            f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
+            f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
+        duration = job.time_limit or ctx.settings.reservations.default_duration
+        actions.append(StartPreemption(
+            preemption_id=f"pre-{job.job_id}-{int(ctx.now)}",
+            beneficiary=job.job_id,
+            victims=tuple(v.job_id for v in victims),
+            restart_counts=tuple(v.restart_count for v in victims),
+            nodes=hosts,
+            reservation=reservation_names(ctx.prefix, job.job_id)[1],
+            expected_lost_gpu_seconds=lost,
+            start_time=ctx.now, duration=duration,
+            user=job.user, account=job.account, partition=ctx.partitions_of(job)[0],
+            reason=(f"job {job.job_id} ({cls.name}, {job_gpus(job)} GPUs) cannot start; "
+                    f"preempting lower-class job(s) {victim_words} to free "
+                    f"{len(hosts)} node(s); lost work {gpu_hours(lost)}"),
+        ))
+    return actions
+
+
+def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
+    job = ctx.by_id.get(job_id)
+    return job is None or not job.is_running or job.restart_count != restart_count
+
+
+def _abort(p: PreemptionIntent, why: str) -> list[Action]:
+    return [FinishPreemption(preemption_id=p.preemption_id, aborted=True,
+                             reason=f"preemption {p.preemption_id} aborted: {why}"),
+            DeleteReservation(name=p.reservation, job_id=p.beneficiary,
+                              reason=f"preemption {p.preemption_id} aborted: {why}")]
+
+
+def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
+    """The next steps of one open preemption, from what the snapshot shows."""
+    s = ctx.settings.preemption
+    beneficiary = ctx.by_id.get(p.beneficiary)
+    settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
+               or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
+    requeued_any = any(v.state is VictimState.REQUEUED for v in p.victims)
+    if beneficiary is None or not (beneficiary.is_pending or beneficiary.is_running):
+        return _abort(p, f"beneficiary {p.beneficiary} left the queue")
+    if beneficiary.is_running:
+        if all(settled):
+            return [FinishPreemption(preemption_id=p.preemption_id,
+                                     reason=f"beneficiary {p.beneficiary} started"),
+                    DeleteReservation(name=p.reservation, job_id=p.beneficiary,
+                                      reason=f"beneficiary {p.beneficiary} started")]
+        return _abort(p, f"beneficiary {p.beneficiary} started; the remaining victims keep running")
+    if beneficiary.is_held:
+        return _abort(p, f"beneficiary {p.beneficiary} is held")
+    if not requeued_any and ctx.fits_now(beneficiary):
+        return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
+    if all(settled):
+        if ctx.now - p.started_at > s.beneficiary_start_timeout:
+            return _abort(p, f"beneficiary {p.beneficiary} did not start within "
+                             f"{humanize(s.beneficiary_start_timeout)} of the victims leaving")
+        return []
+    actions: list[Action] = []
+    for v, done in zip(p.victims, settled, strict=True):
+        if done:
+            continue
+        job = ctx.by_id[v.job_id]
+        policy = ctx.policy(job)
+        if v.state is VictimState.PLANNED:
+            if policy.checkpoint is not None and policy.checkpoint.signal:
+                grace = policy.checkpoint.grace or s.default_grace
+                actions.append(SignalCheckpoint(
+                    preemption_id=p.preemption_id, job_id=v.job_id,
+                    restart_count=v.restart_count, signal=policy.checkpoint.signal,
+                    deadline=ctx.now + grace,
+                    reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {v.job_id}"
+                            f" for job {p.beneficiary}; requeue after its ack or in "
+                            f"{humanize(grace)}")))
+            else:
+                actions.append(Requeue(
+                    preemption_id=p.preemption_id, job_id=v.job_id,
+                    restart_count=v.restart_count, after="no-checkpoint",
+                    reason=(f"requeue victim {v.job_id} for job {p.beneficiary}: it has no "
+                            f"checkpoint signal, so nothing to wait for")))
+            continue
+        if v.state is VictimState.SIGNALLED:
+            ack = last_checkpoint(job.comment)
+            if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
+                actions.append(Requeue(
+                    preemption_id=p.preemption_id, job_id=v.job_id,
+                    restart_count=v.restart_count, after="acknowledged",
+                    reason=f"requeue victim {v.job_id}: checkpoint acknowledged"))
+            elif v.deadline is not None and ctx.now >= v.deadline:
+                actions.append(Requeue(
+                    preemption_id=p.preemption_id, job_id=v.job_id,
+                    restart_count=v.restart_count, after="deadline",
+                    reason=(f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
+                            f"({humanize(ctx.now - (v.signalled_at or ctx.now))} after the "
+                            "signal)")))
+            continue
+        if v.state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
+            # The requeue was decided but Slurm still shows the job running: ask again
+            # (Slurm answers "already pending" when it was done).
+            actions.append(Requeue(preemption_id=p.preemption_id, job_id=v.job_id,
+                                   restart_count=v.restart_count, after=v.state.value,
+                                   reason=f"requeue victim {v.job_id} again: still running"))
+    return actions
+
+
+def advance_all(ctx: Context) -> list[Action]:
+    actions: list[Action] = []
+    for p in sorted(ctx.open_preemptions, key=lambda p: p.preemption_id):
+        actions.extend(advance(ctx, p))
+    return actions

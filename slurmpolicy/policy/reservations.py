@@ -1,0 +1,288 @@
+"""Reservations against starvation of large jobs.
+
+Owns when a large pending job (``reservations.large_job_gpus`` GPUs or more)
+gets a reservation, which nodes, from when, and when the reservation is
+updated or deleted.
+
+A job qualifies when it waited longer than ``reservations.starvation_wait``
+and cannot start now, or when it heads its partition but is blocked by
+fragmentation. For the most important ``reservations.max_per_cycle`` such
+jobs, the running jobs' expected ends (``--expected-runtime``, else the time
+limit) form a timeline of freed GPUs; a binary search over it finds the
+earliest moment a compact node set (the fabric's ``place`` with the job's
+``--topology``, GPU type, memory and data preference) is free, and the
+reservation covers those nodes from then for the job's time limit. Slurm's
+backfill still lets short jobs use the nodes until it starts.
+
+Names start with ``reservations.name_prefix``; reservations that do not are
+never touched.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from slurmpolicy.durations import humanize
+from slurmpolicy.model import Job
+from slurmpolicy.policy.actions import (
+    Action,
+    Annotate,
+    CreateReservation,
+    DeleteReservation,
+    ReservationIntent,
+    UpdateReservation,
+)
+from slurmpolicy.policy.context import Context, job_gpus, reservation_names
+from slurmpolicy.policy.priority import PriorityResult
+from slurmpolicy.topology.types import Level, NoPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Where and when a job could start, and what that rests on."""
+
+    hosts: tuple[str, ...]
+    start: float
+    #: Running jobs whose ends free the hosts, and how their end is known.
+    basis: tuple[tuple[int, str], ...] = ()
+
+    def basis_text(self, now: float) -> str:
+        if not self.basis:
+            return "free now"
+        ids = ", ".join(str(j) for j, _ in self.basis[:6])
+        more = f" and {len(self.basis) - 6} more" if len(self.basis) > 6 else ""
+        kinds = sorted({k for _, k in self.basis})
+        return f"the end of job(s) {ids}{more} ({', '.join(kinds)}) in {humanize(self.start - now)}"
+
+
+def _end_kind(ctx: Context, job: Job) -> str:
+    if job.job_id in ctx.victims_in_flight:
+        return "checkpoint deadline"
+    runtime = ctx.policy(job).expected_runtime
+    if runtime is not None and (job.time_limit is None or runtime < job.time_limit):
+        return "expected runtime"
+    return "time limit"
+
+
+def forecast(ctx: Context, job: Job, blocked: set[str] | None = None,
+             nodes: int | None = None, level: Level | None = None,
+             strict: bool | None = None, partition: str | None = None) -> Forecast | NoPlacement:
+    """Earliest compact node set for ``job`` from running jobs' expected ends.
+
+    ``blocked`` hosts are never used (other reservations). ``nodes``,
+    ``level``, ``strict`` and ``partition`` override the job's own request,
+    for the inspector's "what if" alternatives.
+    """
+    shape = ctx.shape_of(job)
+    if nodes is not None or level is not None or strict is not None:
+        shape = type(shape)(
+            nodes=nodes if nodes is not None else shape.nodes,
+            gpus_per_node=shape.gpus_per_node,
+            level=level if level is not None else shape.level,
+            strict=strict if strict is not None else shape.strict,
+            gpu_type=shape.gpu_type, min_gpu_memory_gb=shape.min_gpu_memory_gb,
+            prefer=shape.prefer)
+    if partition is not None:
+        job = _with_partition(job, partition)
+    own = ctx.own_reservations(job)
+    blocked = blocked or set()
+    gpu_type = shape.gpu_type
+    free: dict[str, int] = {}
+    for h in ctx.eligible_hosts(job):
+        if h in blocked:
+            continue
+        if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
+            continue
+        free[h] = ctx.gpus_of_type(h, gpu_type)[1]
+    # Events: (end, job id, host, GPUs freed there).
+    events: list[tuple[float, int, str, int]] = []
+    seen: set[int] = set()
+    for h in free:
+        node = ctx.nodes[h]
+        if not node.schedulable:
+            continue
+        for running in ctx.running_by_host.get(h, ()):
+            end = ctx.expected_end(running)
+            if math.isinf(end):
+                continue
+            gpus = running.gpus_on_node.get(h) if running.gpus_on_node else None
+            if gpus is None:
+                gpus = running.gpus_per_node or (job_gpus(running) // max(1, len(running.nodes)))
+            events.append((end, running.job_id, h, gpus))
+            seen.add(running.job_id)
+    events.sort()
+    level_check = shape.level if shape.strict else Level.CLUSTER
+    total_of = {h: ctx.gpus_of_type(h, gpu_type)[0] for h in free}
+
+    def state_after(k: int) -> dict[str, int]:
+        now_free = dict(free)
+        for _, _, h, g in events[:k]:
+            now_free[h] = min(total_of[h], now_free[h] + g)
+        return {h: f for h, f in now_free.items() if f > 0}
+
+    def feasible(k: int) -> bool:
+        return ctx.most_hosts_in_one_domain(state_after(k), shape.gpus_per_node,
+                                            level_check) >= shape.nodes
+
+    # Free capacity only grows along the timeline, so feasibility is monotone.
+    times = sorted({e[0] for e in events})
+    cut = [bisect.bisect_right(events, (t, math.inf)) for t in times]
+    if feasible(0):
+        k_index = -1
+    elif not cut or not feasible(cut[-1]):
+        placement = ctx.fabric.place(shape, state_after(len(events)))
+        if isinstance(placement, NoPlacement):
+            return NoPlacement(f"even after every running job ends: {placement.reason}",
+                               free_gpus=placement.free_gpus,
+                               best_hosts_in_one_domain=placement.best_hosts_in_one_domain)
+        return NoPlacement("no placement even after every running job ends with a known end",
+                           free_gpus=sum(state_after(len(events)).values()))
+    else:
+        lo, hi = 0, len(cut) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if feasible(cut[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        k_index = lo
+    # The count check ignores GPU memory and link health; let place() decide,
+    # walking forward a few event times if it disagrees.
+    for attempt in range(k_index, min(len(cut), k_index + 8)):
+        k = cut[attempt] if attempt >= 0 else 0
+        placement = ctx.fabric.place(shape, state_after(k))
+        if isinstance(placement, NoPlacement):
+            continue
+        start = times[attempt] if attempt >= 0 else ctx.now
+        hosts = set(placement.hosts)
+        basis = sorted({(e[1], _end_kind(ctx, ctx.by_id[e[1]]))
+                        for e in events[:k] if e[2] in hosts}, key=lambda b: b[0])
+        return Forecast(tuple(sorted(placement.hosts)), max(start, ctx.now), tuple(basis))
+    return ctx.fabric.place(shape, state_after(len(events))) if not events else NoPlacement(
+        "no placement found along the running jobs' expected ends")
+
+
+def _with_partition(job: Job, partition: str) -> Job:
+    from dataclasses import replace
+
+    return replace(job, partition=partition)
+
+
+def _duration(ctx: Context, job: Job) -> float:
+    if job.time_limit is not None:
+        return job.time_limit
+    for part in ctx.partitions_of(job):
+        p = ctx.snapshot.partition(part)
+        if p is not None and p.max_time is not None:
+            return p.max_time
+    return ctx.settings.reservations.default_duration
+
+
+def starving(ctx: Context, prio: PriorityResult, job: Job) -> str:
+    """Why a large job needs a reservation ("" when it does not)."""
+    s = ctx.settings.reservations
+    gpus = job_gpus(job)
+    if gpus < s.large_job_gpus or ctx.blocked_by_slurm(job):
+        return ""
+    waited = ctx.wait_seconds(job)
+    if prio.fragmented.get(job.job_id):
+        heads = any(prio.order.get(p) and prio.order[p][0].job_id == job.job_id
+                    for p in ctx.partitions_of(job))
+        if heads:
+            return "it heads its partition but free GPUs are fragmented"
+    if waited >= s.starvation_wait and not ctx.fits_now(job):
+        return f"it has waited {humanize(waited)} (threshold {humanize(s.starvation_wait)})"
+    return ""
+
+
+def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[int],
+                        claimed: set[str]) -> list[Action]:
+    """Create, update and delete our starvation reservations."""
+    s = ctx.settings.reservations
+    actions: list[Action] = []
+    ours: dict[int, ReservationIntent] = {}
+    for intent in ctx.intents.reservations:
+        ours[intent.job_id] = intent
+    # Deletions first: they free hosts for the searches below.
+    for job_id, intent in sorted(ours.items()):
+        job = ctx.by_id.get(job_id)
+        why = ""
+        if job is None or job.state.is_finished:
+            why = f"job {job_id} left the queue"
+        elif job.is_running:
+            why = f"job {job_id} started"
+        elif job_id in beneficiaries:
+            why = f"job {job_id} gets its nodes through preemption instead"
+        elif ctx.blocked_by_slurm(job) in ("held", "dependency"):
+            why = f"job {job_id} is {ctx.blocked_by_slurm(job)}"
+        elif intent.start_time > ctx.now and ctx.fits_now(job):
+            why = f"job {job_id} no longer needs it: it fits on free nodes now"
+        if why:
+            actions.append(DeleteReservation(name=intent.name, job_id=job_id,
+                                             reason=f"reservation {intent.name} deleted: {why}"))
+            del ours[job_id]
+    # Our reservations Slurm holds that no intent knows (e.g. a journal lost).
+    known = {i.name for i in ctx.intents.reservations} | {
+        p.reservation for p in ctx.open_preemptions}
+    for res in sorted(ctx.snapshot.reservations, key=lambda r: r.name):
+        if not res.name.startswith(ctx.prefix) or res.name in known:
+            continue
+        actions.append(DeleteReservation(
+            name=res.name, reason=f"reservation {res.name} is ours but no longer tracked"))
+    # Hosts held by other reservations (ours for other jobs, and foreign ones).
+    held_by: dict[str, set[str]] = {}
+    for res in ctx.snapshot.reservations:
+        if res.end_time is not None and res.end_time <= ctx.now:
+            continue
+        for h in res.nodes:
+            held_by.setdefault(h, set()).add(res.name)
+    for intent in ours.values():
+        for h in intent.nodes:
+            held_by.setdefault(h, set()).add(intent.name)
+    for h in claimed:
+        held_by.setdefault(h, set()).add("(preemption)")
+    candidates: list[tuple[Job, str]] = []
+    for job in ctx.pending:
+        if job.job_id in beneficiaries:
+            continue
+        why = starving(ctx, prio, job)
+        if why:
+            candidates.append((job, why))
+    candidates.sort(key=lambda c: (-prio.effective[c[0].job_id], c[0].submit_time or 0.0,
+                                   c[0].job_id))
+    for job, why in candidates[:s.max_per_cycle]:
+        name = reservation_names(ctx.prefix, job.job_id)[0]
+        mine = {name}
+        blocked = {h for h, names in held_by.items() if names - mine}
+        result = forecast(ctx, job, blocked)
+        if isinstance(result, NoPlacement):
+            actions.append(Annotate(job_id=job.job_id, reason=(
+                f"no reservation for job {job.job_id} ({why}): {result.reason}")))
+            continue
+        if result.start <= ctx.now and job.job_id not in ours:
+            continue  # it can start now; nothing to reserve
+        duration = _duration(ctx, job)
+        fields = dict(name=name, job_id=job.job_id, nodes=result.hosts,
+                      start_time=result.start, duration=duration, user=job.user,
+                      account=job.account, partition=ctx.partitions_of(job)[0])
+        existing = ours.get(job.job_id)
+        text = (f"job {job.job_id} ({job_gpus(job)} GPUs) is starving: {why}; "
+                f"{len(result.hosts)} node(s) free earliest at "
+                f"+{humanize(result.start - ctx.now)} after {result.basis_text(ctx.now)}")
+        if existing is None:
+            actions.append(CreateReservation(reason=f"reserve for {text}", **fields))  # type: ignore[arg-type]
+        elif existing.start_time <= ctx.now and result.start <= ctx.now:
+            pass  # active and still usable: leave it
+        elif (tuple(existing.nodes) != result.hosts
+              or abs(existing.start_time - result.start) > s.update_threshold):
+            actions.append(UpdateReservation(
+                reason=(f"move reservation (start {humanize(existing.start_time - ctx.now)} -> "
+                        f"{humanize(result.start - ctx.now)}) for {text}"), **fields))  # type: ignore[arg-type]
+        elif ctx.snapshot.reservation(name) is None and existing.start_time > ctx.now:
+            actions.append(CreateReservation(reason=f"re-create missing reservation for {text}",
+                                             **fields))  # type: ignore[arg-type]
+        for h in result.hosts:
+            held_by.setdefault(h, set()).add(name)
+    return actions

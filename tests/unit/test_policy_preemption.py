@@ -1,0 +1,341 @@
+"""Scenario tests: checkpoint-first preemption, choosing victims and driving the steps."""
+
+import pytest
+
+from slurmpolicy.policy import apply_to_intents, plan
+from slurmpolicy.policy.actions import (
+    Annotate,
+    DeleteReservation,
+    FinishPreemption,
+    Intents,
+    PreemptionState,
+    Requeue,
+    SignalCheckpoint,
+    StartPreemption,
+    VictimState,
+)
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.policy.scenario import directives as d
+from slurmpolicy.settings import Settings, from_mapping
+
+PROD = d("production", "USR1")
+
+
+def starts(p):
+    return [a for a in p.actions if isinstance(a, StartPreemption)]
+
+
+def notes(p):
+    return [a.reason for a in p.actions if isinstance(a, Annotate)]
+
+
+def full(b, admin=None, account="r", ran=3600.0, start_id=100):
+    """Fill every host with one whole-host research job."""
+    for i in range(1, b.hosts + 1):
+        b.run(start_id + i, account, hosts=[i], ran=ran,
+              admin_comment=admin if admin is not None else d("research", "USR1"))
+
+
+def test_production_job_preempts_lower_class_in_one_leaf():
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    full(b)
+    b.pend(1, "p", nodes=2, admin_comment=d("production", "USR1", topology="leaf",
+                                              strict=True))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.beneficiary == 1 and len(start.victims) == 2
+    fab = b.fabric()
+    leaves = {fab.domain_of(h, __import__("slurmpolicy.topology.types", fromlist=["Level"])
+                            .Level.LEAF) for h in start.nodes}
+    assert len(leaves) == 1
+    assert start.reservation == "spolicy_pre_1"
+    assert start.reason.startswith("job 1 (production, 16 GPUs) cannot start; preempting")
+    assert "(research, r, checkpoints, loses 8.7 GPU-h)" in start.reason
+
+
+def test_same_class_is_never_a_victim():
+    b = ClusterBuilder(hosts=4)
+    full(b)
+    b.pend(1, "p", admin_comment=d("research", "USR1"))
+    assert not starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+
+
+def test_higher_or_non_preemptible_class_never_a_victim():
+    b = ClusterBuilder(hosts=2)
+    full(b, admin=d("production", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    assert "no preemption for job 1: no running job may be preempted for it " \
+           "(2 job(s): class production is not preemptible)" in notes(p)
+
+
+def test_preemptible_no_min_runtime_and_after_window_protect():
+    b = ClusterBuilder(hosts=3)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1", preemptible=False))
+    b.run(102, "r", hosts=[2], ran=300, admin_comment=d("research", "USR1"))
+    b.run(103, "r", hosts=[3], ran=3600, admin_comment=d("research", "USR1", after=7200))
+    b.pend(1, "p", admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    (text,) = notes(p)
+    assert "it asked --preemptible=no" in text
+    assert "it has run 5m, less than the minimum runtime 10m" in text
+    assert "it is inside its --preemptible=after window" in text
+
+
+def test_least_lost_work_wins():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=d("research", "USR1"))
+    # Same age, but checkpointed 10 minutes ago: far less to lose.
+    b.run(102, "r", hosts=[2], ran=7200, admin_comment=d("research", "USR1"),
+          comment=f"ckpt:{b.now - 600:.0f}")
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.victims == (102,)
+    assert start.expected_lost_gpu_seconds == 8 * 600 + 8 * 300
+
+
+def test_checkpoint_capable_victims_preferred_over_cheaper_unable_ones():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], ran=700, admin_comment=d("research", "none"))
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.victims == (101,)
+
+
+def test_no_checkpoint_jobs_chosen_last_but_are_chosen():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    full(b, admin=d("research", "none"))
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert len(start.victims) == 1
+    assert "cannot checkpoint" in start.reason
+
+
+def test_no_checkpoint_shelter_only_in_allowed_partitions():
+    s = from_mapping({"preemption": {"no_checkpoint_partitions": ["scavenge"]}})
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], ran=700, admin_comment=d("research", "none"))
+    b.pend(1, "p", admin_comment=PROD)
+    # 102 cannot checkpoint outside "scavenge": no free shield, and it loses least.
+    sheltered = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert sheltered[0].victims == (101,)
+    # With tier 1 (capable) feasible it is still taken first; make 101 unavailable:
+    b.replace_job(101, admin_comment=d("research", "USR1", preemptible=False))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    assert start.victims == (102,)
+
+
+def test_missed_acks_count_as_unable_to_checkpoint():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=600 + 60, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], ran=7200, admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    (first,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert first.victims == (101,)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(),
+                           Intents(missed_acks={101: 1}), b.now))
+    assert start.victims == (102,)
+
+
+def test_account_never_pushed_below_its_guaranteed_share():
+    # 4 hosts x 8 = 32 GPUs; vision is guaranteed half (16) and holds exactly 16.
+    s = from_mapping({"fairshare": {"shares": {"vision": 0.5}}})
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    b.run(101, "vision", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "vision", hosts=[2], admin_comment=d("research", "USR1"))
+    b.run(103, "nlp", hosts=[3], ran=9000, admin_comment=d("research", "USR1"))
+    b.run(104, "nlp", hosts=[4], ran=9000, admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    assert set(start.victims) <= {103, 104}
+    b.pend(2, "p", nodes=3, admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    assert all(not {101, 102} & set(a.victims) for a in starts(p))
+
+
+def test_per_day_budget():
+    b = ClusterBuilder(hosts=1)
+    full(b)
+    b.pend(1, "p", admin_comment=PROD)
+    spent = Intents(preempted_at={101: (b.now - 3600, b.now - 7200, b.now - 9000)})
+    p = plan(b.snapshot(), b.fabric(), Settings(), spent, b.now)
+    assert not starts(p)
+    assert "it was preempted 3 times in the last day (budget 3)" in notes(p)[0]
+    old = Intents(preempted_at={101: (b.now - 2 * 86400,)})
+    assert starts(plan(b.snapshot(), b.fabric(), Settings(), old, b.now))
+
+
+def test_gpu_type_restricts_victims():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.gpu_types = {"gpu02": "a100"}
+    full(b)
+    b.pend(1, "p", admin_comment=d("production", "USR1", gpu_type="a100"))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.nodes == ("gpu02",) and start.victims == (102,)
+
+
+def test_disabled_preemption():
+    s = from_mapping({"preemption": {"enabled": False}})
+    b = ClusterBuilder(hosts=1)
+    full(b)
+    b.pend(1, "p", admin_comment=PROD)
+    assert not starts(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+
+
+# --- the state machine -------------------------------------------------------------
+def started(b, s=None):
+    s = s or Settings()
+    p = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    (start,) = starts(p)
+    return apply_to_intents(Intents(), p, b.now), start
+
+
+def one_victim_cluster(victim_admin=None):
+    b = ClusterBuilder(hosts=1)
+    b.run(101, "r", hosts=[1], admin_comment=victim_admin or d("research", "USR1", grace=120))
+    b.pend(1, "p", admin_comment=PROD)
+    return b
+
+
+def test_signal_then_wait_then_requeue_after_ack():
+    b = one_victim_cluster()
+    intents, start = started(b)
+    assert intents.preemptions[0].state is PreemptionState.RESERVED
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    (sig,) = [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
+    assert sig.signal == "USR1" and sig.deadline == b.now + 30 + 120
+    assert not starts(p2)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    # No ack yet, deadline not reached: nothing.
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, (Requeue, SignalCheckpoint))]
+    # An old ack (before the signal) does not count.
+    b.replace_job(101, comment=f"ckpt:{b.now:.0f}")
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
+    b.replace_job(101, comment=f"ckpt:{b.now + 50:.0f}")
+    p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    (rq,) = [a for a in p4.actions if isinstance(a, Requeue)]
+    assert rq.after == "acknowledged" and rq.reason == \
+        "requeue victim 101: checkpoint acknowledged"
+    intents = apply_to_intents(intents, p4, b.now + 60)
+    assert intents.preempted_at[101] == (b.now + 60,)
+    assert not intents.missed_acks
+
+
+def test_requeue_after_deadline_counts_a_missed_ack():
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30 + 121)
+    (rq,) = [a for a in p3.actions if isinstance(a, Requeue)]
+    assert rq.after == "deadline"
+    assert rq.reason.startswith("requeue victim 101: no checkpoint ack by its deadline")
+    intents = apply_to_intents(intents, p3, b.now + 151)
+    assert intents.missed_acks == {101: 1}
+
+
+def test_victim_without_checkpoint_is_requeued_without_signal():
+    b = one_victim_cluster(d("research", "none"))
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    assert not [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
+    (rq,) = [a for a in p2.actions if isinstance(a, Requeue)]
+    assert rq.after == "no-checkpoint"
+
+
+def test_victim_that_ended_by_itself_is_not_requeued_and_preemption_finishes():
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    b.jobs = [j for j in b.jobs if j.job_id != 101]  # it finished
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
+    # The beneficiary starts on the freed node: done, reservation deleted.
+    b.jobs = []
+    b.run(1, "p", hosts=[1], ran=10, admin_comment=PROD)
+    p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 90)
+    (fin,) = [a for a in p4.actions if isinstance(a, FinishPreemption)]
+    assert not fin.aborted and fin.reason == "beneficiary 1 started"
+    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+    intents = apply_to_intents(intents, p4, b.now + 90)
+    assert intents.preemptions[0].state is PreemptionState.DONE
+    assert not intents.open_preemptions()
+
+
+def test_beneficiary_leaving_aborts_the_rest():
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    b.jobs = [j for j in b.jobs if j.job_id != 1]
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
+    (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "beneficiary 1 left the queue" in fin.reason
+    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+
+
+def test_beneficiary_that_no_longer_needs_it_aborts():
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    intents, _ = started(b)
+    b.jobs = [j for j in b.jobs if j.job_id != 102]  # another node became free
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    (fin,) = [a for a in p2.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "no longer needs it: it fits on free nodes" in fin.reason
+    assert not [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
+
+
+def test_beneficiary_started_elsewhere_aborts_before_requeue():
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    intents, start = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    other = 102 if start.victims == (101,) else 101
+    b.jobs = [j for j in b.jobs if j.job_id not in (1, other)]
+    b.run(1, "p", hosts=[2 if other == 102 else 1], ran=5, admin_comment=PROD)
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
+    (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "the remaining victims keep running" in fin.reason
+
+
+def test_second_plan_starts_nothing_new():
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    full(b)
+    b.pend(1, "p", nodes=2, admin_comment=PROD)
+    b.pend(2, "p", nodes=1, admin_comment=PROD)
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert len(starts(p1)) == 2
+    victims = [v for a in starts(p1) for v in a.victims]
+    assert len(victims) == len(set(victims)) == 3
+    intents = apply_to_intents(Intents(), p1, b.now)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    assert not starts(p2)
+    assert {a.job_id for a in p2.actions if isinstance(a, SignalCheckpoint)} == set(victims)
+
+
+@pytest.mark.parametrize("state", [VictimState.ACKNOWLEDGED, VictimState.DEADLINE])
+def test_decided_requeue_is_asked_again_while_still_running(state):
+    from dataclasses import replace
+
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    p = intents.preemptions[0]
+    p = replace(p, victims=(replace(p.victims[0], state=state, signalled_at=b.now,
+                                    deadline=b.now + 120),))
+    out = plan(b.snapshot(), b.fabric(), Settings(), replace(intents, preemptions=(p,)),
+               b.now + 200)
+    (rq,) = [a for a in out.actions if isinstance(a, Requeue)]
+    assert rq.after == state.value

@@ -1,0 +1,202 @@
+"""Scenario tests: classes, fair share, aging, fragmentation bonus, site-factor output,
+deferral. Small hand-made clusters; each checks the decision and its reason text."""
+
+import msgspec
+
+from slurmpolicy.policy import apply_to_intents, plan
+from slurmpolicy.policy.actions import Intents, SetBeginTime, SetSiteFactor
+from slurmpolicy.policy.fairshare import advance_usage, decay
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.policy.scenario import directives as d
+from slurmpolicy.settings import Settings, from_mapping
+
+
+def site_factors(p):
+    return {a.job_id: a for a in p.actions if isinstance(a, SetSiteFactor)}
+
+
+def settings(**sections):
+    return from_mapping(sections) if sections else Settings()
+
+
+def test_class_weights_order_site_factors():
+    b = ClusterBuilder(hosts=4)
+    b.pend(1, "a", admin_comment=d("production"))
+    b.pend(2, "a", admin_comment=d("research"))
+    b.pend(3, "a", admin_comment=d("experimental"))
+    b.pend(4, "a")  # no directive: default class research
+    sf = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert sf[1].site_factor > sf[2].site_factor > sf[3].site_factor
+    assert sf[4].site_factor == sf[2].site_factor
+    assert "class 100000" in sf[1].reason and "(production," in sf[1].reason
+
+
+def test_unknown_class_falls_back_to_default_with_note():
+    from slurmpolicy.policy import explain
+
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "a", admin_comment=d("gold"))
+    e = explain(b.snapshot(), b.fabric(), Settings(), Intents(), b.now, 1)
+    assert e.job_class == "research"
+    assert any("unknown class 'gold'" in n for n in e.notes)
+
+
+def test_class_restricted_to_accounts():
+    s = settings(classes={
+        "production": {"weight": 100000, "rank": 3, "preemptible": False, "accounts": ["ops"]},
+        "research": {"weight": 10000, "rank": 2}})
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "ops", admin_comment=d("production"))
+    b.pend(2, "phd", admin_comment=d("production"))
+    sf = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    assert sf[1].site_factor >= 100000 > sf[2].site_factor
+
+
+def test_fair_share_under_share_rises_over_share_falls():
+    s = settings(fairshare={"shares": {"vision": 0.5, "nlp": 0.5}})
+    b = ClusterBuilder(hosts=4)
+    b.pend(1, "vision")
+    b.pend(2, "nlp")
+    intents = Intents(usage={"vision": 9e6, "nlp": 1e6}, usage_at=b.now)
+    sf = site_factors(plan(b.snapshot(), b.fabric(), s, intents, b.now))
+    assert sf[2].site_factor > sf[1].site_factor
+    assert "account nlp: share 50%, usage 10% (under its share)" in sf[2].reason
+    assert "account vision: share 50%, usage 90% (over its share)" in sf[1].reason
+
+
+def test_fair_share_uses_current_allocation_without_history():
+    b = ClusterBuilder(hosts=4)
+    b.run(10, "big", hosts=[1, 2, 3])
+    b.pend(1, "big")
+    b.pend(2, "small")
+    sf = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert sf[2].site_factor > sf[1].site_factor
+
+
+def test_usage_decays_with_half_life_and_grows_with_running_jobs():
+    assert decay({"a": 100.0}, 0.0, 3600.0, 3600.0) == {"a": 50.0}
+    b = ClusterBuilder(hosts=2)
+    job = b.run(1, "a", hosts=[1], ran=7200)
+    usage = advance_usage({}, b.now - 600, [job], b.now, 7 * 86400)
+    # 8 GPUs x 600 s, barely decayed over 10 minutes.
+    assert 4790 < usage["a"] <= 4800
+
+
+def test_aging_raises_older_jobs():
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "a", waited=60)
+    b.pend(2, "a", waited=10 * 3600)
+    sf = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert sf[2].site_factor - sf[1].site_factor >= 990
+    assert "aging 1000" in sf[2].reason
+
+
+def test_fragmentation_bonus_for_jobs_blocked_only_by_fragmentation():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
+    # 4 GPUs free on each of the 4 hosts: 16 free, but no whole host.
+    for i in range(1, 5):
+        b.run(10 + i, "x", hosts=[i], gpus_per_node=4)
+    b.pend(1, "a", nodes=1, gpus_per_node=8, waited=3600)   # blocked by fragmentation
+    b.pend(2, "a", nodes=1, gpus_per_node=4, waited=3600)   # fits
+    sf = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert "fragmentation bonus 200" in sf[1].reason
+    assert "fragmentation" not in sf[2].reason
+    assert sf[1].site_factor - sf[2].site_factor == 200
+
+
+def test_only_changes_above_threshold_are_emitted():
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "a")
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    value = site_factors(p)[1].site_factor
+    near = Intents(site_factors={1: value - 10})
+    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), near, b.now))
+    far = Intents(site_factors={1: value - 500})
+    assert site_factors(plan(b.snapshot(), b.fabric(), Settings(), far, b.now))[1].previous == \
+        value - 500
+
+
+def test_updates_capped_per_cycle_largest_first_deterministic():
+    s = settings(priority={"max_updates_per_cycle": 3})
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 11):
+        b.pend(i, "a", waited=i * 3600)
+    p1 = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    p2 = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    got = [a.job_id for a in p1.actions if isinstance(a, SetSiteFactor)]
+    assert got == [10, 9, 8]
+    assert p1 == p2
+
+
+def test_no_checkpoint_penalty():
+    s = settings(priority={"no_checkpoint_penalty": 5000})
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "a", admin_comment=d("research", "USR1"))
+    b.pend(2, "a", admin_comment=d("research", "none"))
+    sf = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    assert sf[1].site_factor - sf[2].site_factor == 5000
+    assert "no-checkpoint penalty -5000" in sf[2].reason
+
+
+# --- deferral ---------------------------------------------------------------------
+NIGHT = {"deferral": {"windows": {"night": {"hours": [0, 1, 2, 3, 4, 5], "cost": 0.4}},
+                      "idle_release_fraction": 0.25}}
+
+
+def busy(b):
+    b.run(50, "x", hosts=[1])
+    b.run(51, "x", hosts=[2])
+
+
+def test_deferrable_job_held_until_its_window():
+    s = from_mapping(NIGHT)
+    b = ClusterBuilder(hosts=2, now=1_800_000_000.0)  # 08:00 UTC
+    busy(b)
+    b.pend(1, "a", admin_comment=d("research", defer="night"))
+    acts = [a for a in plan(b.snapshot(), b.fabric(), s, Intents(), b.now).actions
+            if isinstance(a, SetBeginTime)]
+    assert len(acts) == 1
+    assert acts[0].begin_time == 1_800_057_600.0  # next 00:00 UTC
+    assert "deferred to window 'night' (cost 0.4)" in acts[0].reason
+
+
+def test_deferral_never_past_deadline():
+    s = from_mapping(NIGHT)
+    b = ClusterBuilder(hosts=2, now=1_800_000_000.0)
+    busy(b)
+    b.pend(1, "a", waited=600, admin_comment=d("research", defer="night", deadline=3600))
+    (act,) = [a for a in plan(b.snapshot(), b.fabric(), s, Intents(), b.now).actions
+              if isinstance(a, SetBeginTime)]
+    assert act.begin_time == b.now - 600 + 3600
+    assert "until its deadline" in act.reason
+
+
+def test_deferred_job_released_when_cluster_idle():
+    s = from_mapping(NIGHT)
+    b = ClusterBuilder(hosts=8, now=1_800_000_000.0)
+    b.pend(1, "a", admin_comment=d("research", defer="night"), begin_time=1_800_057_600.0,
+           reason="BeginTime")
+    (act,) = [a for a in plan(b.snapshot(), b.fabric(), s, Intents(), b.now).actions
+              if isinstance(a, SetBeginTime)]
+    assert act.begin_time is None
+    assert act.reason == "released: the cluster is idle (0 of 64 GPUs in use)"
+
+
+def test_deferral_inside_window_needs_nothing_and_is_idempotent():
+    s = from_mapping(NIGHT)
+    b = ClusterBuilder(hosts=2, now=1_800_057_600.0 + 3600)  # 01:00 UTC
+    busy(b)
+    b.pend(1, "a", admin_comment=d("research", defer="night"))
+    p = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    assert not [a for a in p.actions if isinstance(a, SetBeginTime)]
+    b2 = ClusterBuilder(hosts=2, now=1_800_000_000.0)
+    busy(b2)
+    b2.pend(1, "a", admin_comment=d("research", defer="night"))
+    first = plan(b2.snapshot(), b2.fabric(), s, Intents(), b2.now)
+    again = plan(b2.snapshot(), b2.fabric(), s, apply_to_intents(Intents(), first, b2.now), b2.now)
+    assert not [a for a in again.actions if isinstance(a, SetBeginTime)]
+
+
+def test_settings_defaults_round_trip():
+    s = Settings()
+    assert msgspec.convert(msgspec.to_builtins(s), Settings) == s

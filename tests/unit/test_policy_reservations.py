@@ -1,0 +1,179 @@
+"""Scenario tests: starvation reservations (create, place, update, delete, never others')."""
+
+from slurmpolicy.model import Reservation
+from slurmpolicy.policy import apply_to_intents, plan
+from slurmpolicy.policy.actions import (
+    Annotate,
+    CreateReservation,
+    DeleteReservation,
+    Intents,
+    ReservationIntent,
+    UpdateReservation,
+)
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.policy.scenario import directives as d
+from slurmpolicy.settings import Settings, from_mapping
+from slurmpolicy.topology.types import Level
+
+# research everywhere: no preemption in these scenarios.
+RES = d("research", "USR1")
+
+
+def of(p, kind):
+    return [a for a in p.actions if isinstance(a, kind)]
+
+
+def staggered(b, ends):
+    """One whole-host job per host; host i ends after ends[i-1] seconds."""
+    for i, left in enumerate(ends, start=1):
+        b.run(100 + i, "r", hosts=[i], ran=3600, time_limit=3600 + left, admin_comment=RES)
+
+
+def test_starving_large_job_gets_the_set_that_frees_earliest():
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    staggered(b, [7200, 600, 7200, 1200, 7200, 7200, 7200, 7200])
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert create.name == "spolicy_job_1" and create.job_id == 1
+    assert create.nodes == ("gpu02", "gpu04")
+    assert create.start_time == b.now + 1200
+    assert create.duration == 4 * 3600
+    assert create.reason == (
+        "reserve for job 1 (16 GPUs) is starving: it has waited 2h00m (threshold 1h00m); "
+        "2 node(s) free earliest at +20m after the end of job(s) 102, 104 (time limit) in 20m")
+
+
+def test_expected_runtime_directive_counts_before_time_limit():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    staggered(b, [7200, 7200, 7200, 7200])
+    b.replace_job(103, admin_comment=d("research", "USR1", runtime=3600 + 900))
+    b.replace_job(101, admin_comment=d("research", "USR1", runtime=3600 + 300))
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert create.nodes == ("gpu01", "gpu03") and create.start_time == b.now + 900
+    assert "(expected runtime)" in create.reason
+
+
+def test_topology_strict_keeps_the_set_in_one_leaf():
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    # The two earliest hosts are in different leaves; leaf2 frees two at 30m.
+    staggered(b, [600, 7200, 7200, 7200, 1200, 1800, 7200, 7200])
+    b.pend(1, "big", nodes=2, waited=2 * 3600,
+           admin_comment=d("research", "USR1", topology="leaf", strict=True))
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert create.nodes == ("gpu05", "gpu06") and create.start_time == b.now + 1800
+    fab = b.fabric()
+    assert len({fab.domain_of(h, Level.LEAF) for h in create.nodes}) == 1
+
+
+def test_gpu_type_and_data_locality():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    b.gpu_types = {"gpu01": "a100"}
+    b.features = {"gpu04": ("data_imagenet",)}
+    staggered(b, [60, 600, 600, 600])
+    b.pend(1, "big", nodes=1, gpus_per_node=8, waited=3 * 3600,
+           admin_comment=d("research", "USR1", gpu_type="h100", data="imagenet"))
+    s = from_mapping({"reservations": {"large_job_gpus": 8}})
+    (create,) = of(plan(b.snapshot(), b.fabric(), s, Intents(), b.now), CreateReservation)
+    # gpu01 (a100) frees first but is the wrong type; gpu02-04 tie: the data host wins.
+    assert create.nodes == ("gpu04",)
+
+
+def test_heads_partition_and_fragmented_gets_reservation_without_waiting():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    for i in range(1, 5):
+        b.run(100 + i, "r", hosts=[i], gpus_per_node=4, time_limit=3600 + 600 * i,
+              admin_comment=RES)
+    b.pend(1, "big", nodes=2, waited=60, admin_comment=RES)  # 16 free in 4s: fragmented
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert "it heads its partition but free GPUs are fragmented" in create.reason
+    assert create.nodes == ("gpu01", "gpu02")
+
+
+def test_small_or_fresh_jobs_get_none():
+    b = ClusterBuilder(hosts=4)
+    staggered(b, [600] * 4)
+    b.pend(1, "a", nodes=1, waited=5 * 3600, admin_comment=RES)    # small
+    b.pend(2, "a", nodes=2, waited=60, admin_comment=RES)          # fresh, not fragmented
+    assert not of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now),
+                  CreateReservation)
+
+
+def test_update_only_when_the_start_moves_beyond_threshold_and_idempotent():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    staggered(b, [600, 1200, 7200, 7200])
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    intents = apply_to_intents(Intents(), p1, b.now)
+    b.reservations = [Reservation(name="spolicy_job_1", nodes=("gpu01", "gpu02"),
+                                  start_time=b.now + 1200, end_time=b.now + 1200 + 4 * 3600)]
+    again = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    assert not of(again, CreateReservation) and not of(again, UpdateReservation)
+    # Job 102 now expected to run 2 more hours: the start moves by far more than 5m.
+    b.replace_job(102, time_limit=3600 + 7200 + 600)
+    b.replace_job(103, time_limit=3600 + 1500)
+    moved = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    (upd,) = of(moved, UpdateReservation)
+    assert upd.nodes == ("gpu01", "gpu03") and upd.start_time == b.now + 1500
+    assert upd.reason.startswith("move reservation (start 20m -> 25m)")
+
+
+def test_delete_when_started_or_left_and_never_touch_others():
+    b = ClusterBuilder(hosts=4)
+    staggered(b, [600, 1200, 7200, 7200])
+    b.reservations = [
+        Reservation(name="maint", nodes=("gpu03",), start_time=b.now + 86400),
+        Reservation(name="spolicy_job_7", nodes=("gpu01",), start_time=b.now + 600),
+    ]
+    intents = Intents(reservations=(
+        ReservationIntent("spolicy_job_7", 7, ("gpu01",), b.now + 600, 3600),))
+    p = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    (dele,) = of(p, DeleteReservation)
+    assert dele.name == "spolicy_job_7"
+    assert dele.reason == "reservation spolicy_job_7 deleted: job 7 left the queue"
+    b.run(7, "big", hosts=[4], ran=10, admin_comment=RES)
+    p = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    assert [a.reason for a in of(p, DeleteReservation)] == [
+        "reservation spolicy_job_7 deleted: job 7 started"]
+
+
+def test_untracked_reservation_of_ours_is_cleaned_but_foreign_ones_are_not():
+    b = ClusterBuilder(hosts=2)
+    b.reservations = [Reservation(name="spolicy_job_9", nodes=("gpu01",)),
+                      Reservation(name="maint", nodes=("gpu02",)),
+                      Reservation(name="other_spolicy_job_1", nodes=("gpu02",))]
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert [a.name for a in of(p, DeleteReservation)] == ["spolicy_job_9"]
+
+
+def test_foreign_reservation_hosts_are_avoided():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    staggered(b, [600, 1200, 1800, 7200])
+    b.reservations = [Reservation(name="maint", nodes=("gpu01",), start_time=b.now + 3600,
+                                  end_time=b.now + 7200)]
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert "gpu01" not in create.nodes and create.nodes == ("gpu02", "gpu03")
+
+
+def test_no_placement_at_all_is_annotated():
+    b = ClusterBuilder(hosts=2)
+    staggered(b, [600, 600])
+    b.pend(1, "big", nodes=4, waited=2 * 3600, admin_comment=RES)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not of(p, CreateReservation)
+    (note,) = [a for a in of(p, Annotate) if a.reason.startswith("no reservation")]
+    assert note.reason.startswith("no reservation for job 1 (it has waited 2h00m")
+
+
+def test_searches_capped_per_cycle():
+    s = from_mapping({"reservations": {"max_per_cycle": 2}})
+    b = ClusterBuilder(hosts=16, hosts_per_leaf=4)
+    staggered(b, [600 * i for i in range(1, 17)])
+    for j in range(1, 6):
+        b.pend(j, "big", nodes=2, waited=2 * 3600 + j, admin_comment=RES)
+    p = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    assert len(of(p, CreateReservation)) == 2
+    # The two reservations never share a host.
+    a, c = of(p, CreateReservation)
+    assert not set(a.nodes) & set(c.nodes)
