@@ -23,10 +23,11 @@ Slurm's semantics:
 The daemon calls ``plan()`` every ``daemon.interval`` seconds. To keep a
 50,000-job replay in minutes the simulated daemon skips a cycle when nothing
 that ``plan()`` acts on changed: it plans when a preemption is open, when a
-job of a class that may preempt is waiting, or when jobs arrived or ended and
-``refresh`` seconds passed since the last plan (site factors then lag by at
-most ``refresh``; Slurm itself recomputes priorities only every
-PriorityCalcPeriod).
+job of a class that preempts and is never preempted (production) newly waits
+near the head of the queue, or when jobs arrived or ended and ``refresh``
+seconds (300) passed since the last plan. Site factors and preemptions for the
+middle classes then lag by at most ``refresh``, as Slurm's own priorities lag
+by PriorityCalcPeriod.
 """
 
 from __future__ import annotations
@@ -84,35 +85,40 @@ class PolicyDriver:
         self.fabric = sim.fabric if sim.fabric is not None else _fabric_of(sim)
         self.intents = Intents()
         self.last_plan = -math.inf
+        #: True while a preemption is open (the next cycle must move it on).
+        self.open = False
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
         self._policy_text: dict[tuple[str, float, float], str] = {}
         self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
                                    priority_tier=1, preempt_mode="OFF")
         self.actions_applied: dict[str, int] = {}
-        rank = {name: c.rank for name, c in sim.settings.classes.items()}
-        low = min((c.rank for c in sim.settings.classes.values() if c.preemptible), default=None)
-        #: Classes whose pending jobs may start a preemption.
-        self.preempting = {n for n, r in rank.items() if low is not None and r > low}
+        classes = sim.settings.classes
+        low = min((c.rank for c in classes.values() if c.preemptible), default=None)
+        #: Classes that may preempt and are never preempted: a newly blocked job of
+        #: one of them is planned for at the next cycle; the rest at ``refresh``.
+        self.urgent = {n for n, c in classes.items()
+                       if low is not None and c.rank > low and not c.preemptible}
+        self._seen_urgent: set[int] = set()
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:
-        return bool(self.intents.open_preemptions())
+        return self.open
 
     def should_plan(self) -> bool:
-        if self.intents.open_preemptions():
+        if self.open or self.sim.now - self.last_plan >= self.refresh:
             return True
-        if self.sim.now - self.last_plan >= self.refresh:
-            return True
-        return self._waiting_preemptor()
+        return bool(self._urgent_pending() - self._seen_urgent)
 
-    def _waiting_preemptor(self) -> bool:
+    def _urgent_pending(self) -> set[int]:
+        """Pending jobs of the urgent classes near the head of the queue."""
         sim = self.sim
-        for key in sim.queue[:64]:
+        found: set[int] = set()
+        for key in sim.queue[:256]:
             j = sim.by_id[key[-1]]
-            if j.state == 0 and j.key is key and j.spec.job_class in self.preempting:
-                return True
-        return False
+            if j.state == 0 and j.key is key and j.spec.job_class in self.urgent:
+                found.add(j.id)
+        return found
 
     def job_ended(self, job: SimJob) -> None:
         """A job that held one of our reservations ended: nothing to do but re-plan."""
@@ -135,11 +141,30 @@ class PolicyDriver:
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now)
         sim.plan_calls += 1
         self.last_plan = sim.now
+        self._seen_urgent = self._urgent_pending()
         if self.apply_fn is not None:
             intents = self.apply_fn(intents, plan, now)
-        self.intents = intents
+        self.intents = self._prune(intents, now)
+        self.open = bool(self.intents.preemptions)
         for action in plan.actions:
             self.apply(action, now)
+
+    def _prune(self, intents: Intents, now: float) -> Intents:
+        """Forget what the journal would no longer hand back: closed preemptions,
+        preemption times older than a day, site factors of jobs that left."""
+        sim = self.sim
+        alive = {jid for jid, f in intents.site_factors.items()
+                 if (j := sim.by_id.get(jid)) is not None and j.state != 2}
+        day = now - 86400.0
+        return replace(
+            intents,
+            preemptions=tuple(p for p in intents.preemptions if p.open),
+            preempted_at={jid: kept for jid, ts in intents.preempted_at.items()
+                          if (kept := tuple(t for t in ts if t > day))},
+            site_factors={jid: intents.site_factors[jid] for jid in alive},
+            begin_times={jid: b for jid, b in intents.begin_times.items()
+                         if (j := sim.by_id.get(jid)) is not None and j.state == 0},
+        )
 
     def apply(self, action: Action, now: float) -> None:
         sim = self.sim
