@@ -99,7 +99,7 @@ class PolicyDriver:
         #: one of them is planned for at the next cycle; the rest at ``refresh``.
         self.urgent = {n for n, c in classes.items()
                        if low is not None and c.rank > low and not c.preemptible}
-        self._seen_urgent: set[int] = set()
+        self._new_urgent: set[int] = set()
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:
@@ -108,17 +108,13 @@ class PolicyDriver:
     def should_plan(self) -> bool:
         if self.open or self.sim.now - self.last_plan >= self.refresh:
             return True
-        return bool(self._urgent_pending() - self._seen_urgent)
+        by_id = self.sim.by_id
+        return any(by_id[i].state == 0 for i in self._new_urgent)
 
-    def _urgent_pending(self) -> set[int]:
-        """Pending jobs of the urgent classes near the head of the queue."""
-        sim = self.sim
-        found: set[int] = set()
-        for key in sim.queue[:256]:
-            j = sim.by_id[key[-1]]
-            if j.state == 0 and j.key is key and j.spec.job_class in self.urgent:
-                found.add(j.id)
-        return found
+    def enqueued(self, job: SimJob) -> None:
+        """A job became pending (arrival or requeue)."""
+        if job.spec.job_class in self.urgent:
+            self._new_urgent.add(job.id)
 
     def job_ended(self, job: SimJob) -> None:
         """A job that held one of our reservations ended: nothing to do but re-plan."""
@@ -141,7 +137,7 @@ class PolicyDriver:
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now)
         sim.plan_calls += 1
         self.last_plan = sim.now
-        self._seen_urgent = self._urgent_pending()
+        self._new_urgent.clear()
         if self.apply_fn is not None:
             intents = self.apply_fn(intents, plan, now)
         self.intents = self._prune(intents, now)

@@ -360,6 +360,8 @@ class Simulator:
         self.pending_count += 1
         self._set_key(j)
         bisect.insort(self.queue, j.key)
+        if self.driver is not None:
+            self.driver.enqueued(j)
 
     def set_site_factor(self, j: SimJob, value: int) -> None:
         j.site_factor = value
