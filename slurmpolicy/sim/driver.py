@@ -209,8 +209,21 @@ class PolicyDriver:
             self._policy_text[key] = text
         return text
 
+    def _ack(self, j: SimJob) -> float | None:
+        """Sim time of the job's latest ``ckpt:`` ack: its signal saves, and (as the
+        job-side helper asks) its periodic checkpoints in this run."""
+        ack = j.ack
+        interval = j.spec.ckpt_interval
+        if j.state == 1 and interval > 0 and self.sim.now > j.origin:
+            k = math.floor(j.progress(self.sim.now) / interval) * interval
+            if k > j.base:
+                at = j.origin + (k - j.base)
+                ack = at if ack is None else max(ack, at)
+        return ack
+
     def _job(self, j: SimJob, now: float) -> Job:
-        stamp = (j.state, j.ver, j.restarts, j.site_factor, j.ack, j.begin_time, j.resv)
+        ack = self._ack(j)
+        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
             return hit[1]
@@ -231,7 +244,7 @@ class PolicyDriver:
             reservation=j.resv or "",
             nodes=tuple(hosts.names[h] for h, _ in j.alloc) if running else (),
             gpus_on_node={hosts.names[h]: g for h, g in j.alloc} if running else {},
-            comment=f"ckpt:{EPOCH + j.ack:.0f}" if j.ack is not None else "",
+            comment=f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "",
             admin_comment=self._admin_comment(j),
             begin_time=(EPOCH + j.begin_time if j.begin_time is not None
                         and j.begin_time > self.sim.now else None),

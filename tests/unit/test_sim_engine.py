@@ -98,3 +98,31 @@ def test_replay_is_deterministic_for_a_seed() -> None:
     assert a == b
     assert a["completed"] == 400
     assert a["preemptions"] > 0
+
+
+def test_slurmpolicy_checkpoint_first_preemption_loses_no_work_beyond_the_save() -> None:
+    pytest.importorskip("slurmpolicy.policy.plan")
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy")
+    seen: list[str] = []
+    apply = sim.driver.apply
+
+    def record(action: object, now: float) -> None:
+        seen.append(type(action).__name__ + ":" + str(getattr(action, "after", "")))
+        apply(action, now)  # type: ignore[arg-type]
+
+    sim.driver.apply = record  # type: ignore[method-assign]
+    sim.run()
+    victim, high = sim.by_id[1], sim.by_id[2]
+    assert victim.preemptions == 1 and high.preemptions == 0
+    assert "Requeue:acknowledged" in seen
+    # The save (60 s, longer than Slurm's 30 s grace) is kept; only the work done
+    # between the ack and the requeue (under one daemon interval) is lost, where
+    # slurm-grace loses everything since the last periodic checkpoint.
+    assert victim.lost_work < sim.settings.daemon.interval
+    grace = run([job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
+                 job(2, 4000, 8, 100, 3600, cls="production")], "slurm-grace")
+    assert grace.by_id[1].lost_work > 10 * victim.lost_work
+    assert high.first_start is not None and high.first_start - 4000 < 4 * 30 + 60
+    assert sim.plan_calls > 0
