@@ -40,10 +40,12 @@ def replay(
                   leaf_names=list(hosts.leaf_names), nvlink_names=list(hosts.nvlink_names),
                   gpu_type=hosts.gpu_type)
     started = time.perf_counter()
+    cpu = time.process_time()
     sim = Simulator(trace, fresh, mode, settings=settings, slurm=slurm, fabric=fabric,
                     progress=progress)
     raw = sim.run()
     raw.wall_seconds = time.perf_counter() - started
+    raw.cpu_seconds = time.process_time() - cpu
     raw.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     if sim.driver is not None:
         raw.actions = dict(sim.driver.actions_applied)

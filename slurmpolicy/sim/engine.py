@@ -178,6 +178,8 @@ class RawResult:
     multi_in_nvlink: int
     plan_calls: int
     wall_seconds: float = 0.0
+    #: CPU seconds of the replay (the build machine is shared: wall time varies).
+    cpu_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     events: int = 0
     #: slurmpolicy mode: how many actions of each kind were applied.

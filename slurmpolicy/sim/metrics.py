@@ -90,6 +90,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "actions": dict(raw.actions),
         "events": raw.events,
         "wall_seconds": raw.wall_seconds,
+        "cpu_seconds": raw.cpu_seconds,
         "peak_rss_mb": raw.peak_rss_mb,
     }
 
