@@ -48,7 +48,7 @@ def format_duration(seconds: float | None) -> str:
     """Slurm's own rendering: ``D-HH:MM:SS`` or ``HH:MM:SS``; UNLIMITED for None/inf."""
     if seconds is None or math.isinf(seconds):
         return "UNLIMITED"
-    total = int(round(seconds))
+    total = round(seconds)
     sign = "-" if total < 0 else ""
     total = abs(total)
     days, rest = divmod(total, 86400)
@@ -63,7 +63,7 @@ def humanize(seconds: float | None) -> str:
     """Short words for people: ``45s``, ``12m``, ``3h05m``, ``2d04h``."""
     if seconds is None or math.isinf(seconds):
         return "unlimited"
-    s = int(round(abs(seconds)))
+    s = round(abs(seconds))
     sign = "-" if seconds < 0 else ""
     if s < 60:
         return f"{sign}{s}s"

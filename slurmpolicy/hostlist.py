@@ -94,13 +94,24 @@ def compress(hosts: Iterable[str]) -> str:
     """The shortest usual Slurm form: ``dgx[01-04,07],login1``. Order: sorted by prefix."""
     groups: dict[tuple[str, int], list[int]] = {}
     plain: list[str] = []
+    numbered: list[tuple[str, str]] = []
+    padded: dict[str, set[int]] = {}
     for host in dict.fromkeys(hosts):
         m = _TAIL_NUMBER.match(host)
         if not m:
             plain.append(host)
             continue
         prefix, digits = m.group(1), m.group(2)
-        width = len(digits) if digits.startswith("0") else 0
+        numbered.append((prefix, digits))
+        if digits.startswith("0"):
+            padded.setdefault(prefix, set()).add(len(digits))
+    for prefix, digits in numbered:
+        if digits.startswith("0"):
+            width = len(digits)
+        else:
+            # gpu10 joins gpu01..gpu09 (width 2): zero padding does not change it.
+            fits = [w for w in padded.get(prefix, ()) if w <= len(digits)]
+            width = max(fits, default=0)
         groups.setdefault((prefix, width), []).append(int(digits))
     out: list[str] = sorted(plain)
     for (prefix, width), numbers in sorted(groups.items()):

@@ -226,7 +226,9 @@ class Snapshot:
     nodes: tuple[Node, ...] = ()
     partitions: tuple[Partition, ...] = ()
     reservations: tuple[Reservation, ...] = ()
-    _index: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Lookup tables built on first use; not an init field, so dataclasses.replace()
+    # gives the copy a fresh, empty cache instead of the original's stale one.
+    _index: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def _cached(self, key: str, build: Any) -> Any:
         hit = self._index.get(key)

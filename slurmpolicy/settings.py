@@ -35,7 +35,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     pass
 
 
-class PriorityClass(_Section):
+class PriorityClass(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A priority class (``#SPOLICY --class=NAME``)."""
 
     #: Base site-factor weight; higher classes get larger values.
@@ -49,7 +49,7 @@ class PriorityClass(_Section):
     description: str = ""
 
 
-class FairShare(_Section):
+class FairShare(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Guaranteed fraction of the cluster's GPUs per account; the rest is shared.
     shares: dict[str, Fraction] = msgspec.field(default_factory=dict)
     #: Half-life of decayed GPU-second usage.
@@ -58,7 +58,7 @@ class FairShare(_Section):
     weight: int = 10_000
 
 
-class Aging(_Section):
+class Aging(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Site-factor points per hour of eligible wait.
     points_per_hour: float = 100.0
     #: Aging stops adding after this long.
@@ -67,7 +67,7 @@ class Aging(_Section):
     fragmentation_bonus_per_hour: float = 200.0
 
 
-class Priority(_Section):
+class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Emit a new site factor only when it moved by at least this much.
     change_threshold: int = 50
     #: At most this many site-factor updates per cycle.
@@ -76,7 +76,7 @@ class Priority(_Section):
     no_checkpoint_penalty: int = 0
 
 
-class Reservations(_Section):
+class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: A job of at least this many GPUs is "large".
     large_job_gpus: PositiveInt = 16
     #: A large job that waited this long gets a reservation.
@@ -91,7 +91,7 @@ class Reservations(_Section):
     default_duration: Seconds = 86400.0
 
 
-class Preemption(_Section):
+class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = True
     #: A job younger than this is never a victim.
     min_runtime: Seconds = 600.0
@@ -116,21 +116,21 @@ class Preemption(_Section):
     beneficiary_start_timeout: Seconds = 1800.0
 
 
-class Window(_Section):
+class Window(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Hours of the day (UTC, 0..23) this window covers.
     hours: tuple[Annotated[int, msgspec.Meta(ge=0, le=23)], ...]
     #: Relative cost (price or carbon intensity); lower is better.
     cost: float = 1.0
 
 
-class Deferral(_Section):
+class Deferral(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Named windows that `--deferrable=NAME` may ask for.
     windows: dict[str, Window] = msgspec.field(default_factory=dict)
     #: Release deferred jobs at once when fewer GPUs than this fraction are in use.
     idle_release_fraction: Fraction = 0.5
 
 
-class Fabric(_Section):
+class Fabric(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: topology.conf to read; empty: the one beside the active slurm.conf.
     topology_conf: str = ""
     #: Our own TOML fabric file; empty: none.
@@ -142,7 +142,7 @@ class Fabric(_Section):
     leaf_feature_prefix: str = "leaf"
 
 
-class Slurm(_Section):
+class Slurm(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: "auto", "jsoncli" or "pyslurm".
     adapter: str = "auto"
     #: Directory holding squeue, sinfo, scontrol; empty: $PATH.
@@ -151,7 +151,7 @@ class Slurm(_Section):
     command_timeout: Seconds = 30.0
 
 
-class Daemon(_Section):
+class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     state_dir: str = "/var/lib/slurmpolicy"
     #: Seconds between cycles.
     interval: Seconds = 30.0
@@ -163,11 +163,21 @@ class Daemon(_Section):
     max_backoff: Seconds = 300.0
 
 
-class Metrics(_Section):
+class Metrics(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = True
     #: Address of the Prometheus endpoint; localhost unless configured.
     bind: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9810
+
+
+class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What the job_submit Lua plugin is rendered with (``slurmpolicy plugin render``)."""
+
+    #: Uids that may change a job's admin_comment, or move a job past a
+    #: directive restriction, through ``scontrol update`` (root, the daemon's user).
+    admin_uids: tuple[Annotated[int, msgspec.Meta(ge=0)], ...] = (0,)
+    #: Set ``requeue=1`` on jobs that can checkpoint (preemption requeues them).
+    set_requeue: bool = True
 
 
 def _default_classes() -> dict[str, PriorityClass]:
@@ -181,7 +191,7 @@ def _default_classes() -> dict[str, PriorityClass]:
     }
 
 
-class Settings(_Section):
+class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     classes: dict[str, PriorityClass] = msgspec.field(default_factory=_default_classes)
     #: Class of a job without --class.
     default_class: str = "research"
@@ -195,6 +205,7 @@ class Settings(_Section):
     slurm: Slurm = msgspec.field(default_factory=Slurm)
     daemon: Daemon = msgspec.field(default_factory=Daemon)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
+    plugin: Plugin = msgspec.field(default_factory=Plugin)
 
     def __post_init__(self) -> None:
         if self.default_class not in self.classes:
@@ -241,8 +252,37 @@ def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Setting
                 raise ConfigError(f"{source}: {exc} - at `$.{section}.{key}`") from exc
     try:
         return msgspec.convert(converted, Settings, strict=True)
-    except (msgspec.ValidationError, ValueError) as exc:
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_name_table_key(converted, str(exc))}") from exc
+    except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+
+
+#: Tables whose keys are names the site chose; msgspec writes them as ``[...]``.
+_NAMED_TABLES: tuple[tuple[tuple[str, ...], type[msgspec.Struct]], ...] = (
+    (("classes",), PriorityClass),
+    (("deferral", "windows"), Window),
+)
+
+
+def _name_table_key(data: Mapping[str, Any], message: str) -> str:
+    """Put the name of the bad entry where msgspec wrote ``[...]``."""
+    for path, kind in _NAMED_TABLES:
+        dotted = "$." + ".".join(path)
+        if f"{dotted}[...]" not in message:
+            continue
+        table: Any = data
+        for part in path:
+            table = table.get(part, {}) if isinstance(table, Mapping) else {}
+        if not isinstance(table, Mapping):
+            continue
+        for name, value in table.items():
+            try:
+                msgspec.convert(value, kind, strict=True)
+            except msgspec.ValidationError as inner:
+                text, _, where = str(inner).rpartition(" - at `$")
+                return f"{text} - at `{dotted}.{name}{where}" if text else message
+    return message
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -78,10 +78,11 @@ class Fabric:
             if unknown:
                 from slurmpolicy.hostlist import compress
 
-                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()})
+                where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
+                                if o.rsplit(":", 1)[-1].isdigit()})[:3]
                 raise TopologyError(
                     f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
-                    f" Slurm; expected only nodes of slurm.conf ({compress(sorted(known))})"
+                    f" Slurm; expected only nodes Slurm knows ({compress(sorted(known))})"
                 )
         self.hosts: tuple[str, ...] = tuple(sorted(spec.hosts))
         self._index = {h: i for i, h in enumerate(self.hosts)}
@@ -152,6 +153,14 @@ class Fabric:
             if len({self._dom[Level.LEAF][i] for i in members}) > 1
         })
         self._multi_host_nvlink = any(len(m) > 1 for m in self._members[Level.NVLINK])
+        for name in self._split_nvlink:
+            d = self._dom_names[Level.NVLINK].index(name)
+            leaves = sorted({self._dom_names[Level.LEAF][self._dom[Level.LEAF][i]]
+                             for i in self._members[Level.NVLINK][d]})
+            self.warnings.append(
+                f"NVLink domain {name} spans leaves {', '.join(leaves)}; a job asking for one"
+                " leaf uses only the part of it inside that leaf"
+            )
 
     def _build_graph(self) -> None:
         g = nx.Graph()
@@ -168,7 +177,8 @@ class Fabric:
         spines = set(self._dom_names[Level.SPINE])
         for sw in sorted(switches):
             kind = "leaf" if sw in leaves else "spine" if sw in spines else "switch"
-            g.add_node(("switch", sw), kind=kind, name=sw)
+            g.add_node(("switch", sw), kind=kind, name=sw,
+                       link_speed=spec.link_speed.get(sw))
         for child, parent in spec.parents.items():
             g.add_edge(("switch", child), ("switch", parent), kind="ib", health=Health.OK,
                        bandwidth_gbps=None)
@@ -180,33 +190,49 @@ class Fabric:
             g.add_node(("nvlink", name), kind="nvlink", name=name)
         nv_col, leaf_col = self._dom[Level.NVLINK], self._dom[Level.LEAF]
         nv_names, leaf_names = self._dom_names[Level.NVLINK], self._dom_names[Level.LEAF]
-        nodes: list[tuple[Any, dict[str, Any]]] = []
-        edges: list[tuple[Any, Any, dict[str, Any]]] = []
+        hosts: list[tuple[Any, dict[str, Any]]] = []
+        uplinks: list[tuple[Any, Any]] = []
+        gpus: list[Any] = []
+        pcie: list[tuple[Any, Any]] = []
+        nvlinks: list[tuple[Any, Any]] = []
         for i, h in enumerate(self.hosts):
-            hs = spec.hosts[h]
             hid = ("host", h)
-            nodes.append((hid, {"kind": "host", "name": h, "gpus": self._gpus[i],
+            hosts.append((hid, {"kind": "host", "name": h, "gpus": self._gpus[i],
                                 "gpu_type": self._gpu_type[i]}))
-            edges.append((hid, ("switch", leaf_names[leaf_col[i]]),
-                          {"kind": "ib", "health": Health.OK, "bandwidth_gbps": None}))
+            uplinks.append((hid, ("switch", leaf_names[leaf_col[i]])))
             nv = ("nvlink", nv_names[nv_col[i]])
-            links = {gl.index: gl for gl in hs.gpu_links}
             for k in range(self._gpus[i]):
                 gid = ("gpu", h, k)
-                gl = links.get(k)
-                width = max(gl.nvlinks.values()) if gl and gl.nvlinks else None
-                nodes.append((gid, {"kind": "gpu", "host": h, "index": k,
-                                    "gpu_type": self._gpu_type[i],
-                                    "near_nics": gl.near_nics if gl else ()}))
-                edges.append((gid, hid, {"kind": "pcie", "health": Health.OK}))
-                edges.append((gid, nv, {"kind": "nvlink", "width": width,
-                                        "health": Health.OK}))
-        g.add_nodes_from(nodes)
-        g.add_edges_from(edges)
+                gpus.append(gid)
+                pcie.append((gid, hid))
+                nvlinks.append((gid, nv))
+        # Shared keyword attributes: networkx copies them into each element's
+        # own dict (health is set per edge later), without a dict built per GPU here.
+        g.add_nodes_from(hosts)
+        g.add_nodes_from(gpus, kind="gpu", near_nics=())
+        g.add_edges_from(uplinks, kind="ib", health=Health.OK, bandwidth_gbps=None)
+        g.add_edges_from(pcie, kind="pcie", health=Health.OK)
+        g.add_edges_from(nvlinks, kind="nvlink", width=None, health=Health.OK)
+        # What nvidia-smi told about single GPUs: NVLink width and nearby NICs.
+        for i, h in enumerate(self.hosts):
+            nv = ("nvlink", nv_names[nv_col[i]])
+            for gl in spec.hosts[h].gpu_links:
+                gid = ("gpu", h, gl.index)
+                if gid not in g:
+                    continue
+                g.nodes[gid]["near_nics"] = gl.near_nics
+                if gl.nvlinks:
+                    g.edges[gid, nv]["width"] = max(gl.nvlinks.values())
         self.graph = g
 
     def _resolve(self, name: str) -> Any:
-        """A graph node from a name a person writes: host, switch, NVLink domain, host:gpuN."""
+        """A graph node from a name a person writes: host, switch, NVLink domain,
+        host:gpuN; ``switch:NAME``, ``nvlink:NAME`` and ``host:NAME`` when a name is
+        ambiguous (an HGX host's NVLink domain carries the host's name)."""
+        kind, sep, rest = name.partition(":")
+        if sep and kind in ("switch", "nvlink", "host"):
+            node = (kind, rest)
+            return node if node in self.graph else None
         if name in self._index:
             return ("host", name)
         if ("switch", name) in self.graph:
@@ -225,6 +251,7 @@ class Fabric:
     def _build_health(self) -> None:
         """Apply link health and compute what placement needs from it."""
         n = len(self.hosts)
+        gpu_ends: list[tuple[Any, Any]] = []
         for link in self.spec.links:
             a, b = self._resolve(link.a), self._resolve(link.b)
             if a is None or b is None:
@@ -241,6 +268,7 @@ class Fabric:
                 )
             data = self.graph.edges[a, b]
             data["health"] = max(data["health"], link.health)
+            gpu_ends.append((a, b))
             if link.bandwidth_gbps is not None:
                 data["bandwidth_gbps"] = link.bandwidth_gbps
         g = self.graph
@@ -265,16 +293,32 @@ class Fabric:
         # GPUs whose NVLink is down are not usable; degraded ones mark the host.
         self._usable = list(self._gpus)
         self._gpu_degraded = [False] * n
-        for i, h in enumerate(self.hosts):
-            if not self._gpus[i]:
-                continue
+        # Only hosts whose GPUs a link names can have a GPU link that is not ok.
+        touched = sorted({self._index[end[1]] for a, b in gpu_ends for end in (a, b)
+                          if end[0] == "gpu"})
+        for i in touched:
+            h = self.hosts[i]
             nv = ("nvlink", self._dom_names[Level.NVLINK][self._dom[Level.NVLINK][i]])
             for k in range(self._gpus[i]):
-                health = g.edges[("gpu", h, k), nv]["health"]
+                gid = ("gpu", h, k)
+                health = max(g.edges[gid, nv]["health"], g.edges[gid, ("host", h)]["health"])
                 if health == Health.DOWN:
                     self._usable[i] -= 1
                 elif health == Health.DEGRADED:
                     self._gpu_degraded[i] = True
+
+        self._degraded_host = [
+            1 if (up == Health.DEGRADED or gd) else 0
+            for up, gd in zip(self._host_up, self._gpu_degraded, strict=True)
+        ]
+        self._any_down = (
+            Health.DOWN in self._host_up or Health.DOWN in self._leaf_up
+            or Health.DOWN in self._spine_up
+        )
+        self._any_degraded = (
+            Health.DEGRADED in self._host_up or Health.DEGRADED in self._leaf_up
+            or Health.DEGRADED in self._spine_up or any(self._gpu_degraded)
+        )
 
     def _is_up(self, node: Any, other: Any) -> bool:
         """True when ``other`` is above ``node`` in the switch tree."""
@@ -436,6 +480,7 @@ class Fabric:
         """A copy of this fabric with more link health applied (for tests, what-ifs)."""
         spec = FabricSpec(source=self.spec.source, hosts=self.spec.hosts,
                           parents=self.spec.parents, links=[*self.spec.links, *links],
+                          link_speed=self.spec.link_speed,
                           block_sizes=self.spec.block_sizes, conflicts=self.spec.conflicts,
                           warnings=self.spec.warnings, sources=self.spec.sources)
         return Fabric(spec)

@@ -82,6 +82,11 @@ class _File(_T):
     link: list[_Link] = msgspec.field(default_factory=list)
 
 
+_TABLES: dict[str, type[msgspec.Struct]] = {
+    "host": _Host, "rack": _Rack, "leaf": _Leaf, "spine": _Spine, "link": _Link,
+}
+
+
 def _table_lines(text: str, table: str) -> list[int]:
     pat = re.compile(rf"^\s*\[\[\s*{table}\s*\]\]")
     return [n for n, ln in enumerate(text.splitlines(), start=1) if pat.match(ln)]
@@ -103,11 +108,18 @@ def parse_fabric_file(text: str, path: str = "fabric.toml") -> FabricSpec:
     except msgspec.ValidationError as exc:
         msg = str(exc)
         m = re.search(r"\$\.(host|rack|leaf|spine|link)\[(\d+)\]", msg)
-        where = _where(path, text, m.group(1), int(m.group(2))) if m else path
-        raise TopologyError(
-            f"{where}: {msg}; expected the tables [defaults], [[host]], [[rack]], [[leaf]],"
-            " [[spine]], [[link]] as in docs/fabric.md"
-        ) from exc
+        if "health" in msg:
+            where = _where(path, text, "link", int(m.group(2))) if m else path
+            expected = "health = \"ok\", \"degraded\" or \"down\""
+        elif m:
+            where = _where(path, text, m.group(1), int(m.group(2)))
+            expected = (f"[[{m.group(1)}]] takes "
+                        + ", ".join(_TABLES[m.group(1)].__struct_fields__))
+        else:
+            where = path
+            expected = ("the tables [defaults], [[host]], [[rack]], [[leaf]], [[spine]],"
+                        " [[link]]")
+        raise TopologyError(f"{where}: {msg}; expected: {expected} (see docs/fabric.md)") from exc
     spec = FabricSpec(source=path)
 
     def hosts_of(value: str, where: str) -> list[str]:

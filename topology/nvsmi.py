@@ -47,7 +47,7 @@ def parse_topo_matrix(text: str, host: str, path: str = "nvidia-smi topo -m") ->
     """One host's matrix; errors name the file, the line and what was expected."""
     lines = [_ANSI.sub("", raw).rstrip() for raw in text.splitlines()]
     header_at = next((n for n, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln)
-                      and not ln.lstrip().startswith("GPU0")), None)
+                      and not ln.startswith("GPU")), None)
     if header_at is None:
         raise TopologyError(
             f"{path}: no matrix header found; expected the output of `nvidia-smi topo -m`"

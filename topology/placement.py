@@ -27,7 +27,7 @@ integer columns, so a 64-node placement on 4,096 hosts takes milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Placement, Shape
 
@@ -71,11 +71,17 @@ class _Search:
         self.key: dict[int, _HostKey] = {}
         usable, types, mems = fab._usable, fab._gpu_type, fab._gpu_mem
         prefer = shape.prefer
-        host_up, gpu_degraded = fab._host_up, fab._gpu_degraded
-        for i, h in enumerate(fab.hosts):
-            f = free.get(h, 0)
-            if f <= 0:
-                continue
+        degraded_host = fab._degraded_host
+        hosts = fab.hosts
+        if len(free) * 2 < len(hosts):
+            # A sparse map (only hosts with free GPUs): walk it, in host order.
+            index = fab._index
+            pairs = sorted((index[h], f) for h, f in free.items() if f > 0 and h in index)
+        else:
+            get = free.get
+            pairs = [(i, f) for i, f in enumerate(get(h, 0) for h in hosts) if f > 0]
+        own_free, matching, eligible, key = self.free, self.matching, self.eligible, self.key
+        for i, f in pairs:
             if want_type is not None and (types[i] or "").lower() != want_type:
                 self.wrong_type += 1
                 continue
@@ -86,23 +92,40 @@ class _Search:
                     continue
                 if mem < min_mem:
                     continue
-            f = min(f, usable[i])
-            self.free[i] = f
-            self.matching.append(i)
+            u = usable[i]
+            if f > u:
+                f = u
+            own_free[i] = f
+            matching.append(i)
             if f >= need:
-                self.eligible.append(i)
-                degraded = 1 if (host_up[i] == Health.DEGRADED or gpu_degraded[i]) else 0
-                self.key[i] = (degraded, 0 if h in prefer else 1, f - g, i)
+                eligible.append(i)
+                key[i] = (degraded_host[i], 0 if prefer and hosts[i] in prefer else 1, f - g, i)
 
     # ------------------------------------------------------------------ pools
-    def pool(self, level: Level) -> tuple[dict[int, list[int]], int]:
+    def pool(self, level: Level, cut: bool = True) -> tuple[dict[Any, list[int]], int]:
         """Eligible hosts grouped by domain at ``level``, minus those whose links
-        a placement at that level would have to use and that are down."""
+        a placement at that level would have to use and that are down.
+
+        An NVLink domain may span leaves (NVL72 trays cabled to two leaves);
+        when the shape asks for one leaf or spine, NVLink domains are cut
+        along it, so an NVLink-compact set never leaves the asked domain."""
         fab, multi = self.fab, self.shape.nodes > 1
-        col = fab._dom[level]
+        col: Sequence[Any] = fab._dom[level]
+        if cut and level == Level.NVLINK and self.shape.level in (Level.LEAF, Level.SPINE):
+            outer = fab._dom[self.shape.level]
+            col = list(zip(col, outer, strict=True))
         leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
-        groups: dict[int, list[int]] = {}
+        groups: dict[Any, list[int]] = {}
         dropped = 0
+        if not fab._any_down or not multi or level < Level.LEAF:
+            for i in self.eligible:
+                d = col[i]
+                grp = groups.get(d)
+                if grp is None:
+                    groups[d] = [i]
+                else:
+                    grp.append(i)
+            return groups, 0
         for i in self.eligible:
             if multi and level >= Level.LEAF and fab._host_up[i] == Health.DOWN:
                 dropped += 1
@@ -141,7 +164,8 @@ class _Search:
         fewest sub-domains; degraded hosts last, preferred and tight-fit first."""
         if len(pool) == n:
             return pool
-        if level <= Level.HOST:
+        if level <= Level.HOST or (level == Level.LEAF and not self.fab._multi_host_nvlink):
+            # Below a leaf every host is its own NVLink domain: only host order matters.
             return sorted(pool, key=self.key.__getitem__)[:n]
         col, child_level = self._children(level)
         grouped: dict[int, list[int]] = {}
@@ -169,15 +193,49 @@ class _Search:
             remaining -= len(grp)
         return taken
 
+    def select_by_nvlink(self, pool: list[int], n: int) -> list[int]:
+        """n hosts of ``pool`` taking whole NVLink domains, largest first, and the
+        best-fitting one for the remainder."""
+        col = self.fab._dom[Level.NVLINK]
+        grouped: dict[int, list[int]] = {}
+        for i in pool:
+            grouped.setdefault(col[i], []).append(i)
+        gk = self._group_key
+        ordered = sorted(grouped.values(), key=lambda grp: (-len(grp), *gk(grp)))
+        taken: list[int] = []
+        remaining = n
+        for k, grp in enumerate(ordered):
+            if len(grp) >= remaining:
+                last = min((x for x in ordered[k:] if len(x) >= remaining),
+                           key=lambda x: (len(x), *gk(x)))
+                taken.extend(self.select(last, remaining, Level.NVLINK))
+                break
+            taken.extend(grp)
+            remaining -= len(grp)
+        return taken
+
     def grade(self, hosts: list[int], level: Level, domain_pool: int) -> tuple[object, ...]:
         fab = self.fab
         lower = [lv for lv in SEARCH_LEVELS if lv < level and lv > Level.HOST]
-        spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
         key = self.key
+        if level == Level.LEAF and not fab._multi_host_nvlink:
+            # All sets inside one leaf of single-host NVLink domains span the
+            # same and cost the same but for degraded links.
+            spans: tuple[int, ...] = ()
+            cost = fab._degraded_pairs(hosts) if fab._any_degraded else 0.0
+        else:
+            spans = tuple(len({fab._dom[lv][i] for i in hosts}) for lv in reversed(lower))
+            cost = fab._cost(hosts)
+        # An NVLink domain may reach over leaves: of two equal ones, the one
+        # that stays inside fewer leaves and spines is the more compact.
+        upper: tuple[int, ...] = ()
+        if level == Level.NVLINK and fab._split_nvlink:
+            upper = (len({fab._dom[Level.SPINE][i] for i in hosts}),
+                     len({fab._dom[Level.LEAF][i] for i in hosts}))
         degraded = sum(key[i][0] for i in hosts)
         preferred = sum(1 - key[i][1] for i in hosts)
         slack = sum(key[i][2] for i in hosts)
-        return (spans, fab._cost(hosts), degraded, -preferred, domain_pool - len(hosts), slack,
+        return (spans, cost, upper, degraded, -preferred, domain_pool - len(hosts), slack,
                 min(hosts))
 
     # ------------------------------------------------------------------- main
@@ -186,20 +244,25 @@ class _Search:
         n = shape.nodes
         if len(self.eligible) < n:
             return self.too_few()
-        best_at: dict[Level, tuple[int, int]] = {}
+        # Most eligible hosts in one domain, per level tried (for the reason).
+        best_at: dict[Level, int] = {Level.HOST: min(1, len(self.eligible))}
         dropped_any = 0
-        for level in SEARCH_LEVELS:
+        steps: list[tuple[Level, bool]] = [(level, True) for level in SEARCH_LEVELS]
+        if not shape.strict and shape.level in (Level.LEAF, Level.SPINE) and fab._split_nvlink:
+            # The preference for one leaf (spine) cuts NVLink domains along it;
+            # once no leaf (spine) fits, a whole NVLink domain is the most compact.
+            steps.insert(SEARCH_LEVELS.index(shape.level) + 1, (Level.NVLINK, False))
+        for level, cut in steps:
             if level == Level.HOST and n > 1:
                 continue
             if level == Level.NVLINK and n > 1 and not fab._multi_host_nvlink:
-                best_at[level] = (1, self._best_gpus(Level.NVLINK))
+                best_at[level] = 1
                 continue
-            groups, dropped = self.pool(level)
+            groups, dropped = self.pool(level, cut)
             dropped_any = max(dropped_any, dropped)
             fitting = [(d, grp) for d, grp in groups.items() if len(grp) >= n]
             if not fitting:
-                best_at[level] = (max((len(g) for g in groups.values()), default=0),
-                                  self._best_gpus(level))
+                best_at[level] = max((len(g) for g in groups.values()), default=0)
                 continue
             if shape.strict and level > max(shape.level, Level.HOST):
                 return self.strict_failure(best_at, dropped_any)
@@ -211,15 +274,28 @@ class _Search:
                 for i in self.eligible:
                     per_leaf[leaf[i]] = per_leaf.get(leaf[i], 0) + 1
                 key = self.key
-                best = min((grp[0] for _, grp in fitting),
+                host = min((grp[0] for _, grp in fitting),
                            key=lambda i: (key[i][0], key[i][1], key[i][2], per_leaf[leaf[i]], i))
-                return self.result([best])
-            graded = min(
-                (self.grade(self.select(grp, n, level), level, len(grp)), d)
-                for d, grp in fitting
-            )
-            d = graded[1]
-            return self.result(self.select(groups[d], n, level))
+                return self.result([host])
+            if (level == Level.LEAF and not fab._multi_host_nvlink and not fab._any_degraded
+                    and not shape.prefer):
+                # Every leaf set then spans and costs the same; the grade starts
+                # with the leaf's spare hosts, so only the tightest leaves compete.
+                tightest = min(len(grp) for _, grp in fitting)
+                fitting = [(d, grp) for d, grp in fitting if len(grp) == tightest]
+            chosen: tuple[tuple[object, ...], list[int]] | None = None
+            for _d, grp in fitting:
+                options = [self.select(grp, n, level)]
+                if fab._split_nvlink and level > Level.NVLINK:
+                    # The switch tree does not see NVLink domains that reach over
+                    # leaves; also try filling whole NVLink domains first.
+                    options.append(self.select_by_nvlink(grp, n))
+                for hosts in options:
+                    graded = self.grade(hosts, level, len(grp))
+                    if chosen is None or graded < chosen[0]:
+                        chosen = (graded, hosts)
+            assert chosen is not None
+            return self.result(chosen[1])
         return self.disconnected(dropped_any)
 
     def result(self, hosts: list[int]) -> Placement:
@@ -227,10 +303,15 @@ class _Search:
         hosts = sorted(hosts)
         spans = fab._spans(hosts)
         level = next(lv for lv in SEARCH_LEVELS if spans[lv] == 1)
-        degraded = any(self.key[i][0] for i in hosts) or (
-            len(hosts) > 1 and any(
-                fab._leaf_up[fab._dom[Level.LEAF][i]] == Health.DEGRADED for i in hosts
-            ) and spans[Level.LEAF] > 1
+        bad = Health.DEGRADED
+        leaf, spine = fab._dom[Level.LEAF], fab._dom[Level.SPINE]
+        # Which links the set uses: IB uplinks once it leaves an NVLink domain,
+        # leaf uplinks once it leaves a leaf, spine uplinks once it leaves a spine.
+        degraded = (
+            any(fab._gpu_degraded[i] for i in hosts)
+            or (spans[Level.NVLINK] > 1 and any(fab._host_up[i] == bad for i in hosts))
+            or (spans[Level.LEAF] > 1 and any(fab._leaf_up[leaf[i]] == bad for i in hosts))
+            or (spans[Level.SPINE] > 1 and any(fab._spine_up[spine[i]] == bad for i in hosts))
         )
         return Placement(hosts=tuple(fab.hosts[i] for i in hosts), level=level,
                          spans={lv: spans[lv] for lv in SEARCH_LEVELS},
@@ -278,11 +359,11 @@ class _Search:
         return NoPlacement(reason + self._notes(), free_gpus=total,
                            best_hosts_in_one_domain=have)
 
-    def strict_failure(self, best_at: Mapping[Level, tuple[int, int]],
+    def strict_failure(self, best_at: Mapping[Level, int],
                        dropped: int) -> NoPlacement:
         s = self.shape
         level = max(s.level, Level.HOST)
-        best_hosts, best_gpus = best_at.get(level, (0, self._best_gpus(level)))
+        best_hosts, best_gpus = best_at.get(level, 0), self._best_gpus(level)
         word = _word(level)
         reason = (f"{self._total_free()} GPUs free, at most {best_gpus} in any one {word}"
                   f" ({_plural(best_hosts, 'host')} with {s.gpus_per_node} free); asked for"

@@ -7,8 +7,9 @@ conflict, never dropped):
 1. Slurm's nodes (GPU count and type from their gres) - Slurm is the truth
    about what a node has;
 2. the fabric file (settings.fabric.fabric_file);
-3. topology.conf (settings.fabric.topology_conf, else the one beside the
-   active slurm.conf: the given path, $SLURM_CONF, /etc/slurm/slurm.conf);
+3. topology.conf or topology.yaml (settings.fabric.topology_conf, else the
+   one beside the active slurm.conf - the given path, $SLURM_CONF,
+   /etc/slurm/slurm.conf - where topology.yaml wins, as in Slurm 25.05+);
 4. ``nvidia-smi topo -m`` outputs (settings.fabric.nvidia_smi_topo, a glob of
    files named after their host);
 5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
@@ -38,6 +39,14 @@ if TYPE_CHECKING:
     from slurmpolicy.settings import Fabric as FabricSettings
 
 
+def _read_topology(path: Path) -> FabricSpec:
+    if path.suffix in (".yaml", ".yml"):
+        from slurmpolicy.topology.topoyaml import read_topology_yaml
+
+        return read_topology_yaml(path)
+    return read_topology_conf(path)
+
+
 def load_fabric(
     nodes: Sequence[Node],
     fabric_settings: FabricSettings | None = None,
@@ -65,11 +74,14 @@ def load_fabric(
         specs.append(read_fabric_file(ff))
     tc = topology_conf or cfg.topology_conf
     if tc:
-        specs.append(read_topology_conf(tc))
+        specs.append(_read_topology(Path(tc)))
     else:
-        beside = conf.parent / "topology.conf"
-        if beside.exists():
-            specs.append(read_topology_conf(beside))
+        # As Slurm does: topology.yaml, when present, replaces topology.conf.
+        for name in ("topology.yaml", "topology.conf"):
+            beside = conf.parent / name
+            if beside.exists():
+                specs.append(_read_topology(beside))
+                break
     pattern = nvidia_smi_topo if nvidia_smi_topo is not None else cfg.nvidia_smi_topo
     if pattern:
         paths = [Path(p) for p in sorted(glob.glob(pattern))]

@@ -98,6 +98,8 @@ class FabricSpec:
     #: Switch -> its parent switch (leaf -> spine -> core ...).
     parents: dict[str, str] = field(default_factory=dict)
     links: list[LinkSpec] = field(default_factory=list)
+    #: topology.conf tree form: a switch's LinkSpeed (Slurm's arbitrary units), if given.
+    link_speed: dict[str, str] = field(default_factory=dict)
     #: topology.conf block form: the BlockSizes line, if any.
     block_sizes: tuple[int, ...] = ()
     conflicts: list[Conflict] = field(default_factory=list)
@@ -197,6 +199,8 @@ def merge(specs: Iterable[FabricSpec]) -> FabricSpec:
             if host.gpu_links and not merged.gpu_links:
                 merged.gpu_links = host.gpu_links
                 merged.nics = host.nics
+        for switch, speed in spec.link_speed.items():
+            out.link_speed.setdefault(switch, speed)
         for child, parent in spec.parents.items():
             known = out.parents.get(child)
             if known is None:

@@ -219,6 +219,9 @@ def _fill_tree(spec: FabricSpec, switches: dict[str, _Switch], path: str) -> Non
                     f" {', '.join(map(str, lines))}); expected a tree"
                 )
             seen.append(cur)
+    for sw in switches.values():
+        if sw.link_speed:
+            spec.link_speed[sw.name] = sw.link_speed
     leaf_of: dict[str, tuple[str, int]] = {}
     for sw in switches.values():
         if sw.nodes and sw.switches:

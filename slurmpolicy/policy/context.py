@@ -91,8 +91,8 @@ class Context:
                              for h in self.gpu_hosts)
         self.free: dict[str, int] = {h: self.nodes[h].gpus_free for h in self.gpu_hosts}
         self._partition_hosts: dict[str, tuple[str, ...]] = {}
-        for part in snapshot.partitions:
-            self._partition_hosts[part.name] = tuple(part.nodes)
+        for partition in snapshot.partitions:
+            self._partition_hosts[partition.name] = tuple(partition.nodes)
         if not any(self._partition_hosts.values()):
             by_part: dict[str, list[str]] = {}
             for node in snapshot.nodes:
@@ -117,12 +117,28 @@ class Context:
         for p in self.open_preemptions:
             self.claimed_hosts.update(p.nodes)
             for v in p.victims:
-                if v.state not in (VictimState.REQUEUED, VictimState.ENDED):
+                victim = self.by_id.get(v.job_id)
+                still_there = (victim is not None and victim.is_running
+                               and victim.restart_count == v.restart_count)
+                # A requeued victim that Slurm still shows running (a snapshot
+                # taken before the requeue landed) is still taken.
+                if still_there or v.state not in (VictimState.REQUEUED, VictimState.ENDED):
                     self.victims_in_flight[v.job_id] = v.deadline
         self._domain_of: dict[Level, dict[str, str]] = {}
         self._free_maps: dict[tuple[Any, ...], dict[str, int]] = {}
         self._fit_tables: dict[tuple[Any, ...], dict[int, int]] = {}
         self._data_hosts: dict[str, frozenset[str]] | None = None
+        self._gpus_of_type: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._free_totals: dict[tuple[Any, ...], int] = {}
+        self._fits: dict[tuple[Any, ...], bool] = {}
+        self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
+        #: Jobs that have one of our reservations active now.
+        self._jobs_with_our_active_res: set[int] = set()
+        for res in snapshot.reservations:
+            if res.name.startswith(self.prefix) and res.is_active(now):
+                tail = res.name[len(self.prefix):].partition("_")[2]
+                if tail.isdigit():
+                    self._jobs_with_our_active_res.add(int(tail))
 
     # --- directives and classes ------------------------------------------------
     def policy(self, job: Job) -> JobPolicy:
@@ -185,13 +201,19 @@ class Context:
 
     def gpus_of_type(self, host: str, gpu_type: str | None) -> tuple[int, int]:
         """(configured, free) GPUs of ``gpu_type`` on host (any type when None)."""
-        node = self.nodes[host]
-        if gpu_type is None:
-            return node.gpus, node.gpus_free
-        total = node.gpus_by_type.get(gpu_type, 0)
-        if not node.schedulable:
-            return total, 0
-        return total, max(0, total - node.gpus_alloc_by_type.get(gpu_type, 0))
+        key = (host, gpu_type)
+        hit = self._gpus_of_type.get(key)
+        if hit is None:
+            node = self.nodes[host]
+            if gpu_type is None:
+                hit = (node.gpus, self.free.get(host, node.gpus_free))
+            else:
+                total = node.gpus_by_type.get(gpu_type, 0)
+                free = (max(0, total - node.gpus_alloc_by_type.get(gpu_type, 0))
+                        if node.schedulable else 0)
+                hit = (total, free)
+            self._gpus_of_type[key] = hit
+        return hit
 
     def eligible_hosts(self, job: Job) -> list[str]:
         """GPU hosts of the job's partitions whose GPUs match its type."""
@@ -215,12 +237,7 @@ class Context:
             names.add(job.reservation)
         return names
 
-    def free_map(self, job: Job) -> dict[str, int]:
-        """Free GPUs (of the job's type) on hosts the job could start on now.
-
-        Hosts inside a reservation active now are excluded unless the
-        reservation is the job's own (ours for it, or one it asked for).
-        """
+    def _base_free(self, job: Job) -> tuple[tuple[Any, ...], dict[str, int]]:
         gpu_type = self.gpu_type(job)
         key = ("free", job.partition, gpu_type)
         base = self._free_maps.get(key)
@@ -233,10 +250,27 @@ class Context:
                 if free > 0:
                     base[h] = free
             self._free_maps[key] = base
-        own = self.own_reservations(job)
+            self._free_totals[key] = sum(base.values())
+        return key, base
+
+    def _has_own_active_reservation(self, job: Job) -> bool:
+        return bool(job.reservation) or job.job_id in self._jobs_with_our_active_res
+
+    def free_map(self, job: Job) -> dict[str, int]:
+        """Free GPUs (of the job's type) on hosts the job could start on now.
+
+        Hosts inside a reservation active now are excluded unless the
+        reservation is the job's own (ours for it, or one it asked for).
+        """
+        _, base = self._base_free(job)
+        if not self._has_own_active_reservation(job):
+            return base
+        gpu_type = self.gpu_type(job)
+        eligible = set(self.eligible_hosts(job))
         extra = {h: self.gpus_of_type(h, gpu_type)[1]
-                 for res_name in own if (res := self.snapshot.reservation(res_name))
-                 and res.is_active(self.now) for h in res.nodes if h in self.free}
+                 for res_name in self.own_reservations(job)
+                 if (res := self.snapshot.reservation(res_name)) and res.is_active(self.now)
+                 for h in res.nodes if h in eligible}
         if not extra:
             return base
         merged = dict(base)
@@ -311,20 +345,55 @@ class Context:
         if gpn <= 0:
             return True
         level, strict = self.level_of(job)
-        free = self.free_map(job)
-        key = ("free", job.partition, self.gpu_type(job)) if free is self._free_maps.get(
-            ("free", job.partition, self.gpu_type(job))) else None
+        if not strict:
+            level = Level.CLUSTER
         need = max(1, job.node_count)
-        return self.most_hosts_in_one_domain(
-            free, gpn, level if strict else Level.CLUSTER, key) >= need
+        if self._has_own_active_reservation(job):
+            return self.most_hosts_in_one_domain(self.free_map(job), gpn, level) >= need
+        key, free = self._base_free(job)
+        # Most jobs share a few shapes: answer each shape once.
+        shape_key = (key, gpn, level, need)
+        hit = self._fits.get(shape_key)
+        if hit is None:
+            hit = self._fits[shape_key] = (
+                self.most_hosts_in_one_domain(free, gpn, level, key) >= need)
+        return hit
 
     def free_gpus_for(self, job: Job) -> int:
-        return sum(self.free_map(job).values())
+        if self._has_own_active_reservation(job):
+            return sum(self.free_map(job).values())
+        key, _ = self._base_free(job)
+        return self._free_totals[key]
 
     def fragmentation_blocked(self, job: Job) -> bool:
         """Enough GPUs are free in total, but not in the shape the job needs."""
         gpus = job_gpus(job)
         return gpus > 0 and self.free_gpus_for(job) >= gpus and not self.fits_now(job)
+
+    def release_events(self, job: Job) -> list[tuple[float, int, str, int]]:
+        """(expected end, job id, host, GPUs freed) of running jobs on the job's hosts,
+        soonest first; jobs without a known end are left out."""
+        gpu_type = self.gpu_type(job)
+        key = (job.partition, gpu_type)
+        hit = self._events.get(key)
+        if hit is not None:
+            return hit
+        events: list[tuple[float, int, str, int]] = []
+        for h in self.eligible_hosts(job):
+            if not self.nodes[h].schedulable:
+                continue
+            for running in self.running_by_host.get(h, ()):
+                end = self.expected_end(running)
+                if math.isinf(end):
+                    continue
+                gpus = running.gpus_on_node.get(h) if running.gpus_on_node else None
+                if gpus is None:
+                    gpus = running.gpus_per_node or (
+                        job_gpus(running) // max(1, len(running.nodes)))
+                events.append((end, running.job_id, h, gpus))
+        events.sort()
+        self._events[key] = events
+        return events
 
     # --- time -------------------------------------------------------------------
     def expected_end(self, job: Job) -> float:
@@ -371,12 +440,5 @@ class Context:
                 for feature in node.features:
                     if feature.startswith("data_"):
                         index.setdefault(feature[5:], set()).add(node.name)
-            extra = getattr(self.fabric, "data_hosts", None)
-            if callable(extra):
-                try:
-                    for data_name, hosts in dict(extra()).items():
-                        index.setdefault(data_name, set()).update(hosts)
-                except TypeError:
-                    pass
             self._data_hosts = {k: frozenset(v) for k, v in index.items()}
         return self._data_hosts.get(name, frozenset())

@@ -110,7 +110,8 @@ def _blocking(ctx: Context, job: Job, prio: priority.PriorityResult,
             _, why = deferral.target_begin(ctx, job)
             return "deferred", (f"deferred until {humanize((job.begin_time or ctx.now) - ctx.now)}"
                                 f" from now: {why}")
-        return "deferred", f"its begin time is {humanize((job.begin_time or ctx.now) - ctx.now)} away"
+        away = humanize((job.begin_time or ctx.now) - ctx.now)
+        return "deferred", f"its begin time is {away} away"
     if kind == "quota":
         return "quota", f"a limit holds it: {SLURM_REASONS.get(job.reason, job.reason)}"
     p = ctx.preemption_of_beneficiary.get(job.job_id)
@@ -248,6 +249,13 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     start, basis = _estimate(ctx, job, kind)
     factors = priority.factors(ctx, job, prio.fragmented.get(job.job_id))
     notes.append(f"site factor {factors.total}: {factors.describe()}")
+    if kind in ("fragmentation", "resources"):
+        starving = reservations.starving(ctx, prio, job)
+        if starving and not any(i.job_id == job.job_id for i in ctx.intents.reservations):
+            notes.append(f"qualifies for a starvation reservation: {starving}")
+        preview = preemption.preview(ctx, job)
+        if preview:
+            notes.append(preview)
     notes.append(ctx.fairshare.describe(job.account))
     when = f"; estimated start in {humanize(start - now)}" if start is not None else ""
     headline = f"Waiting ({kind}): {text}{when}" if kind != "none" else f"Ready: {text}"

@@ -90,6 +90,9 @@ class FairShareState:
             return 0
         return round(self.weight * 2.0 ** (-self.usage_fraction.get(account, 0.0) / share))
 
+    def points_by_account(self) -> dict[str, int]:
+        return {account: self.points(account) for account in self.shares}
+
     def describe(self, account: str) -> str:
         share = self.share(account)
         used = self.usage_fraction.get(account, 0.0)

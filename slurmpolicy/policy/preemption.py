@@ -45,6 +45,7 @@ from slurmpolicy.policy.actions import (
 from slurmpolicy.policy.classes import lowest_preemptible_rank
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
+from slurmpolicy.policy.reservations import forecast
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
 DAY = 86400.0
@@ -140,6 +141,10 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             if victim.job_id in eligible or victim.job_id in state.taken:
                 continue
             why = why_not_victim(ctx, victim, rank)
+            if why is None and (state.allocated.get(victim.account, 0) - job_gpus(victim)
+                                < ctx.fairshare.guaranteed_gpus(victim.account) - 1e-9):
+                why = (f"its account {victim.account} would fall below its guaranteed share "
+                       f"({ctx.fairshare.guaranteed_gpus(victim.account):.0f} GPUs)")
             if why is None:
                 eligible[victim.job_id] = victim
             else:
@@ -154,7 +159,7 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     ]
     level = shape.level if shape.strict else Level.CLUSTER
     seen: set[int] = set()
-    last_reason = "the fabric has no compact node set even with preemption"
+    last_reason = "no node set can be freed for it"
     for tier in tiers:
         if not tier or len(tier) == len(seen):
             continue
@@ -169,7 +174,11 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             avail = {h: free[h] + sum(_gpus_on(v, h) for v in by_host.get(h, ()))
                      for h in hosts if h not in excluded}
             avail = {h: f for h, f in avail.items() if f > 0}
-            if ctx.most_hosts_in_one_domain(avail, gpn, level) < shape.nodes:
+            most = ctx.most_hosts_in_one_domain(avail, gpn, level)
+            if most < shape.nodes:
+                where = f" in one {level.name.lower()}" if level < Level.CLUSTER else ""
+                last_reason = (f"even preempting every allowed job frees at most {most} "
+                               f"host(s) with {gpn} GPUs{where}; it needs {shape.nodes}")
                 break
             # Hosts cheapest to free (least lost work; data hosts on ties) are
             # preferred by place() among equally compact sets.
@@ -243,6 +252,12 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     low = lowest_preemptible_rank(ctx.settings)
     if not s.enabled or low is None:
         return []
+    # Only classes above some running preemptible job can ever find a victim.
+    running_ranks = [ctx.job_class(j).rank for j in ctx.running
+                     if ctx.job_class(j).spec.preemptible]
+    if not running_ranks:
+        return []
+    low = max(low, min(running_ranks))
     candidates = []
     for job in ctx.pending:
         cls = ctx.job_class(job)
@@ -283,6 +298,17 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
                 f"no preemption for job {job.job_id}: it would need {len(victims)} victims, "
                 f"more than preemption.max_victims_per_job={s.max_victims_per_job}")))
             continue
+        # Preempting takes the victims' grace (or a cycle): not worth it when the
+        # job would start by then anyway on nodes that free up by themselves.
+        soon = ctx.now + max([ctx.settings.daemon.interval]
+                             + [_grace(ctx, v) for v in victims])
+        natural = forecast(ctx, job, set(state.claimed))
+        if not isinstance(natural, NoPlacement) and natural.start <= soon:
+            actions.append(Annotate(job_id=job.job_id, reason=(
+                f"no preemption for job {job.job_id}: it should start within "
+                f"{humanize(natural.start - ctx.now)} anyway, after "
+                f"{natural.basis_text(ctx.now)}")))
+            continue
         started += 1
         victims.sort(key=lambda v: v.job_id)
         lost = sum(lost_work(ctx, v) for v in victims)
@@ -291,7 +317,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
         state.claimed.update(hosts)
         victim_words = ", ".join(
-            f"{v.job_id} ({ctx.job_class(v).name}, {v.account}, "
+            f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
             f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration
@@ -312,6 +338,34 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     return actions
 
 
+def _grace(ctx: Context, job: Job) -> float:
+    ck = ctx.policy(job).checkpoint
+    if ck is None or not ck.signal:
+        return 0.0
+    return ck.grace or ctx.settings.preemption.default_grace
+
+
+def preview(ctx: Context, job: Job) -> str:
+    """What a preemption for ``job`` would take now, in words ("" when none applies)."""
+    s = ctx.settings.preemption
+    low = lowest_preemptible_rank(ctx.settings)
+    rank = ctx.job_class(job).rank
+    if (not s.enabled or low is None or rank <= low or job_gpus(job) <= 0
+            or ctx.fits_now(job) or job.job_id in ctx.preemption_of_beneficiary):
+        return ""
+    allocated: dict[str, float] = dict(ctx.fairshare.allocated)
+    state = _Round(allocated=allocated, taken=set(ctx.victims_in_flight),
+                   claimed=set(ctx.claimed_hosts))
+    result = _choose(ctx, job, rank, state)
+    if isinstance(result, str):
+        return f"no preemption possible: {result}"
+    hosts, victims = result
+    lost = sum(lost_work(ctx, v) for v in victims)
+    return (f"a preemption could free {len(hosts)} node(s) from job(s) "
+            f"{', '.join(str(v.job_id) for v in sorted(victims, key=lambda v: v.job_id))} "
+            f"(lost work {gpu_hours(lost)})")
+
+
 def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
     job = ctx.by_id.get(job_id)
     return job is None or not job.is_running or job.restart_count != restart_count
@@ -330,7 +384,8 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     beneficiary = ctx.by_id.get(p.beneficiary)
     settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
                or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
-    requeued_any = any(v.state is VictimState.REQUEUED for v in p.victims)
+    # Once a victim has gone (requeued or ended), its nodes are the beneficiary's.
+    progressed = any(settled)
     if beneficiary is None or not (beneficiary.is_pending or beneficiary.is_running):
         return _abort(p, f"beneficiary {p.beneficiary} left the queue")
     if beneficiary.is_running:
@@ -342,7 +397,7 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         return _abort(p, f"beneficiary {p.beneficiary} started; the remaining victims keep running")
     if beneficiary.is_held:
         return _abort(p, f"beneficiary {p.beneficiary} is held")
-    if not requeued_any and ctx.fits_now(beneficiary):
+    if not progressed and ctx.fits_now(beneficiary):
         return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
     if all(settled):
         if ctx.now - p.started_at > s.beneficiary_start_timeout:
@@ -357,7 +412,7 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         policy = ctx.policy(job)
         if v.state is VictimState.PLANNED:
             if policy.checkpoint is not None and policy.checkpoint.signal:
-                grace = policy.checkpoint.grace or s.default_grace
+                grace = _grace(ctx, job)
                 actions.append(SignalCheckpoint(
                     preemption_id=p.preemption_id, job_id=v.job_id,
                     restart_count=v.restart_count, signal=policy.checkpoint.signal,

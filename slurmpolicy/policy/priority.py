@@ -42,15 +42,18 @@ class Factors:
         return " + ".join(parts)
 
 
-def factors(ctx: Context, job: Job, fragmented: bool | None = None) -> Factors:
+def factors(ctx: Context, job: Job, fragmented: bool | None = None,
+            fairshare_points: int | None = None) -> Factors:
     s = ctx.settings
-    wait_hours = min(ctx.wait_seconds(job), s.aging.max_age) / 3600.0
+    wait = ctx.wait_seconds(job)
+    wait_hours = (wait if wait < s.aging.max_age else s.aging.max_age) / 3600.0
     if fragmented is None:
         fragmented = ctx.fragmentation_blocked(job)
     penalty = s.priority.no_checkpoint_penalty if not ctx.policy(job).can_checkpoint else 0
     return Factors(
         class_weight=ctx.job_class(job).weight,
-        fairshare=ctx.fairshare.points(job.account),
+        fairshare=(ctx.fairshare.points(job.account) if fairshare_points is None
+                   else fairshare_points),
         aging=round(wait_hours * s.aging.points_per_hour),
         fragmentation=round(wait_hours * s.aging.fragmentation_bonus_per_hour) if fragmented else 0,
         penalty=penalty,
@@ -64,6 +67,8 @@ class PriorityResult:
     fragmented: dict[int, bool]
     #: Pending jobs per partition, highest effective priority first.
     order: dict[str, list[Job]]
+    #: Per partition, the highest job that is not held, dependent or deferred.
+    heads: dict[str, int]
 
 
 def compute(ctx: Context) -> PriorityResult:
@@ -71,18 +76,23 @@ def compute(ctx: Context) -> PriorityResult:
     site: dict[int, int] = {}
     effective: dict[int, int] = {}
     fragmented: dict[int, bool] = {}
+    points = ctx.fairshare.points_by_account()
     for job in ctx.pending:
         frag = ctx.fragmentation_blocked(job) if not ctx.blocked_by_slurm(job) else False
-        value = factors(ctx, job, frag).total
+        value = factors(ctx, job, frag, points.get(job.account, 0)).total
         site[job.job_id] = value
         fragmented[job.job_id] = frag
         # Slurm's priority already contains the site factor it holds now.
         effective[job.job_id] = job.priority - job.site_factor + value
     order: dict[str, list[Job]] = {}
+    heads: dict[str, int] = {}
     for part, jobs in ctx.pending_by_partition.items():
         order[part] = sorted(jobs, key=lambda j: (-effective[j.job_id],
                                                   j.submit_time or 0.0, j.job_id))
-    return PriorityResult(site, effective, fragmented, order)
+        head = next((j for j in order[part] if not ctx.blocked_by_slurm(j)), None)
+        if head is not None:
+            heads[part] = head.job_id
+    return PriorityResult(site, effective, fragmented, order, heads)
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFactor]:

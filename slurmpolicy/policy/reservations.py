@@ -20,8 +20,6 @@ never touched.
 
 from __future__ import annotations
 
-import bisect
-import math
 from dataclasses import dataclass
 
 from slurmpolicy.durations import humanize
@@ -90,78 +88,65 @@ def forecast(ctx: Context, job: Job, blocked: set[str] | None = None,
     blocked = blocked or set()
     gpu_type = shape.gpu_type
     free: dict[str, int] = {}
+    total_of: dict[str, int] = {}
     for h in ctx.eligible_hosts(job):
         if h in blocked:
             continue
         if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
             continue
-        free[h] = ctx.gpus_of_type(h, gpu_type)[1]
-    # Events: (end, job id, host, GPUs freed there).
-    events: list[tuple[float, int, str, int]] = []
-    seen: set[int] = set()
-    for h in free:
-        node = ctx.nodes[h]
-        if not node.schedulable:
-            continue
-        for running in ctx.running_by_host.get(h, ()):
-            end = ctx.expected_end(running)
-            if math.isinf(end):
-                continue
-            gpus = running.gpus_on_node.get(h) if running.gpus_on_node else None
-            if gpus is None:
-                gpus = running.gpus_per_node or (job_gpus(running) // max(1, len(running.nodes)))
-            events.append((end, running.job_id, h, gpus))
-            seen.add(running.job_id)
-    events.sort()
-    level_check = shape.level if shape.strict else Level.CLUSTER
-    total_of = {h: ctx.gpus_of_type(h, gpu_type)[0] for h in free}
-
-    def state_after(k: int) -> dict[str, int]:
-        now_free = dict(free)
-        for _, _, h, g in events[:k]:
-            now_free[h] = min(total_of[h], now_free[h] + g)
-        return {h: f for h, f in now_free.items() if f > 0}
-
-    def feasible(k: int) -> bool:
-        return ctx.most_hosts_in_one_domain(state_after(k), shape.gpus_per_node,
-                                            level_check) >= shape.nodes
-
-    # Free capacity only grows along the timeline, so feasibility is monotone.
-    times = sorted({e[0] for e in events})
-    cut = [bisect.bisect_right(events, (t, math.inf)) for t in times]
-    if feasible(0):
-        k_index = -1
-    elif not cut or not feasible(cut[-1]):
-        placement = ctx.fabric.place(shape, state_after(len(events)))
-        if isinstance(placement, NoPlacement):
-            return NoPlacement(f"even after every running job ends: {placement.reason}",
-                               free_gpus=placement.free_gpus,
-                               best_hosts_in_one_domain=placement.best_hosts_in_one_domain)
-        return NoPlacement("no placement even after every running job ends with a known end",
-                           free_gpus=sum(state_after(len(events)).values()))
-    else:
-        lo, hi = 0, len(cut) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if feasible(cut[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        k_index = lo
-    # The count check ignores GPU memory and link health; let place() decide,
-    # walking forward a few event times if it disagrees.
-    for attempt in range(k_index, min(len(cut), k_index + 8)):
-        k = cut[attempt] if attempt >= 0 else 0
-        placement = ctx.fabric.place(shape, state_after(k))
-        if isinstance(placement, NoPlacement):
-            continue
-        start = times[attempt] if attempt >= 0 else ctx.now
-        hosts = set(placement.hosts)
-        basis = sorted({(e[1], _end_kind(ctx, ctx.by_id[e[1]]))
-                        for e in events[:k] if e[2] in hosts}, key=lambda b: b[0])
-        return Forecast(tuple(sorted(placement.hosts)), max(start, ctx.now), tuple(basis))
-    return ctx.fabric.place(shape, state_after(len(events))) if not events else NoPlacement(
-        "no placement found along the running jobs' expected ends")
+        total_of[h], free[h] = ctx.gpus_of_type(h, gpu_type)
+    events = [e for e in ctx.release_events(job) if e[2] in free]
+    gpn = max(1, shape.gpus_per_node)
+    level = shape.level if shape.strict else Level.CLUSTER
+    # Walk the timeline once, counting per domain the hosts with >= gpn free:
+    # O(events), no search per step. place() then confirms (it also knows
+    # GPU memory and link health) at the first moment the count says yes.
+    per_domain: dict[str, int] = {}
+    for h, f in free.items():
+        if f >= gpn:
+            d = ctx.domain_of(h, level)
+            per_domain[d] = per_domain.get(d, 0) + 1
+    ready = max(per_domain.values(), default=0) >= shape.nodes
+    i = 0
+    tries = 0
+    last: NoPlacement | None = None
+    moment = ctx.now
+    while True:
+        if ready:
+            placement = ctx.fabric.place(shape, {h: f for h, f in free.items() if f > 0})
+            if not isinstance(placement, NoPlacement):
+                hosts = set(placement.hosts)
+                basis = sorted({(e[1], _end_kind(ctx, ctx.by_id[e[1]]))
+                                for e in events[:i] if e[2] in hosts})
+                return Forecast(tuple(sorted(placement.hosts)), max(moment, ctx.now),
+                                tuple(basis))
+            last = placement
+            tries += 1
+            if tries >= 8:
+                break
+        if i >= len(events):
+            break
+        moment = events[i][0]
+        while i < len(events) and events[i][0] == moment:
+            _, _, h, g = events[i]
+            before = free[h]
+            free[h] = min(total_of[h], before + g)
+            if before < gpn <= free[h]:
+                d = ctx.domain_of(h, level)
+                per_domain[d] = per_domain.get(d, 0) + 1
+                if per_domain[d] >= shape.nodes:
+                    ready = True
+            i += 1
+    if last is not None:
+        return NoPlacement(f"even after every running job ends: {last.reason}",
+                           free_gpus=last.free_gpus,
+                           best_hosts_in_one_domain=last.best_hosts_in_one_domain)
+    final = ctx.fabric.place(shape, {h: f for h, f in free.items() if f > 0})
+    if isinstance(final, NoPlacement):
+        return NoPlacement(f"even after every running job ends: {final.reason}",
+                           free_gpus=final.free_gpus,
+                           best_hosts_in_one_domain=final.best_hosts_in_one_domain)
+    return NoPlacement("no placement along the running jobs' expected ends")
 
 
 def _with_partition(job: Job, partition: str) -> Job:
@@ -188,8 +173,7 @@ def starving(ctx: Context, prio: PriorityResult, job: Job) -> str:
         return ""
     waited = ctx.wait_seconds(job)
     if prio.fragmented.get(job.job_id):
-        heads = any(prio.order.get(p) and prio.order[p][0].job_id == job.job_id
-                    for p in ctx.partitions_of(job))
+        heads = any(prio.heads.get(p) == job.job_id for p in ctx.partitions_of(job))
         if heads:
             return "it heads its partition but free GPUs are fragmented"
     if waited >= s.starvation_wait and not ctx.fits_now(job):
@@ -280,9 +264,6 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
             actions.append(UpdateReservation(
                 reason=(f"move reservation (start {humanize(existing.start_time - ctx.now)} -> "
                         f"{humanize(result.start - ctx.now)}) for {text}"), **fields))  # type: ignore[arg-type]
-        elif ctx.snapshot.reservation(name) is None and existing.start_time > ctx.now:
-            actions.append(CreateReservation(reason=f"re-create missing reservation for {text}",
-                                             **fields))  # type: ignore[arg-type]
         for h in result.hosts:
             held_by.setdefault(h, set()).add(name)
     return actions

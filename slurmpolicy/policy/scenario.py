@@ -24,7 +24,7 @@ def directives(job_class: str | None = None, ckpt: str | None = None, *,
                strict: bool = False, runtime: float | None = None,
                gpu_type: str | None = None, data: str | None = None,
                defer: str | None = None, deadline: float | None = None,
-               grace: float = 60.0) -> str:
+               grace: float = 60.0, gpu_mem: float | None = None) -> str:
     """An admin_comment as job_submit.lua writes it.
 
     ``ckpt``: None (said nothing), "none", or a signal name such as "USR1".
@@ -37,7 +37,8 @@ def directives(job_class: str | None = None, ckpt: str | None = None, *,
     return render_admin_comment(JobPolicy(
         job_class=job_class, checkpoint=checkpoint, preemptible=preemptible,
         preemptible_after=after, topology=topology, topology_strict=strict,
-        expected_runtime=runtime, gpu_type=gpu_type, data=data, defer_window=defer,
+        expected_runtime=runtime, gpu_type=gpu_type, min_gpu_memory_gb=gpu_mem, data=data,
+        defer_window=defer,
         defer_deadline=deadline))
 
 

@@ -30,3 +30,12 @@ def test_compress_round_trips():
     text = compress(hosts)
     assert sorted(expand(text)) == sorted(hosts)
     assert "dgx[01-03,07]" in text
+
+
+def test_compress_joins_unpadded_numbers_to_a_padded_range():
+    assert compress([f"gpu{i:02d}" for i in range(1, 17)]) == "gpu[01-16]"
+    assert compress(["gpu09", "gpu10", "gpu11"]) == "gpu[09-11]"
+    assert compress(["n8", "n9", "n10"]) == "n[8-10]"
+    mixed = ["dgx007", "dgx010", "dgx1000", "node5"]
+    assert compress(mixed) == "dgx[007,010,1000],node5"
+    assert sorted(expand(compress(mixed))) == sorted(mixed)

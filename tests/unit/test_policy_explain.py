@@ -75,7 +75,8 @@ def test_held_dependency_and_priority():
     b.pend(2, "a", reason="Dependency", dependency="afterok:1")
     b.pend(3, "a", waited=9999, reason="Priority")
     b.pend(4, "a", waited=5, reason="Priority")
-    assert why(b, 1).blocking_text == "the job is held (JobHeldUser); `scontrol release 1` lets it go"
+    assert why(b, 1).blocking_text == \
+        "the job is held (JobHeldUser); `scontrol release 1` lets it go"
     assert why(b, 1).estimated_start is None
     assert why(b, 2).blocking_text == "it waits for its dependency afterok:1"
     e = why(b, 4)
@@ -148,3 +149,15 @@ def test_unknown_job():
     b = ClusterBuilder(hosts=1)
     with pytest.raises(JobGone, match="job 42 is not in the queue"):
         why(b, 42)
+
+
+def test_pending_notes_say_what_preemption_and_reservations_could_do():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=RES)
+    b.run(102, "r", hosts=[2], ran=7200, admin_comment=RES, comment=f"ckpt:{b.now - 600:.0f}")
+    b.pend(1, "p", nodes=2, waited=7200, admin_comment=d("production", "USR1"))
+    e = why(b, 1)
+    assert "a preemption could free 2 node(s) from job(s) 101, 102 (lost work 18.7 GPU-h)" \
+        in e.notes
+    assert "qualifies for a starvation reservation: it has waited 2h00m (threshold 1h00m)" \
+        in e.notes

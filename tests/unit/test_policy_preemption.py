@@ -65,8 +65,14 @@ def test_higher_or_non_preemptible_class_never_a_victim():
     b.pend(1, "p", admin_comment=PROD)
     p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
     assert not starts(p)
+    # Nothing preemptible runs at all: no victim search, no note.
+    assert not notes(p)
+    b.run(103, "r", hosts=[1], gpus_per_node=0, admin_comment=d("research", "USR1"))
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
     assert "no preemption for job 1: no running job may be preempted for it " \
-           "(2 job(s): class production is not preemptible)" in notes(p)
+           "(2 job(s): class production is not preemptible; 1 job(s): it holds no GPUs)" \
+        in notes(p)
 
 
 def test_preemptible_no_min_runtime_and_after_window_protect():
@@ -202,7 +208,7 @@ def one_victim_cluster(victim_admin=None):
 
 def test_signal_then_wait_then_requeue_after_ack():
     b = one_victim_cluster()
-    intents, start = started(b)
+    intents, _ = started(b)
     assert intents.preemptions[0].state is PreemptionState.RESERVED
     p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
     (sig,) = [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
@@ -339,3 +345,56 @@ def test_decided_requeue_is_asked_again_while_still_running(state):
                b.now + 200)
     (rq,) = [a for a in out.actions if isinstance(a, Requeue)]
     assert rq.after == state.value
+
+
+def test_no_preemption_when_the_job_starts_soon_anyway():
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    # 102 ends in 20 s, well within the victims' 2-minute grace.
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1", grace=120))
+    b.run(102, "r", hosts=[2], ran=3600, time_limit=3620,
+          admin_comment=d("research", "USR1", grace=120))
+    b.pend(1, "p", admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    assert "no preemption for job 1: it should start within 1m anyway, after the end of " \
+           "job(s) 102 (time limit)" in notes(p)[0]
+
+
+def test_victim_ending_by_itself_keeps_the_preemption_until_the_beneficiary_starts():
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
+    b.pend(1, "p", nodes=2, admin_comment=PROD)
+    intents, _ = started(b)
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    b.jobs = [j for j in b.jobs if j.job_id != 101]  # ended by itself
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    assert not [a for a in p3.actions if isinstance(a, FinishPreemption)]
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]
+
+
+def test_min_gpu_memory_restricts_victims():
+    b = ClusterBuilder(hosts=3, hosts_per_leaf=4)
+    b.gpu_types = {"gpu03": "h200"}  # 141 GB per GPU; h100 has 80
+    b.run(101, "r", hosts=[1], ran=9000, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], ran=9000, admin_comment=d("research", "USR1"))
+    b.run(103, "r", hosts=[3], ran=99000, time_limit=200000,
+          admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=d("production", "USR1", gpu_mem=100))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.nodes == ("gpu03",) and start.victims == (103,)
+
+
+def test_not_enough_preemptible_hosts_is_explained():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1", preemptible=False))
+    b.run(103, "r", hosts=[3], admin_comment=d("research", "USR1"))
+    b.run(104, "r", hosts=[4], admin_comment=d("production", "USR1"))
+    b.pend(1, "p", nodes=2, admin_comment=d("production", "USR1", topology="leaf",
+                                              strict=True))
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not starts(p)
+    assert notes(p) == ["no preemption for job 1: even preempting every allowed job frees at "
+                        "most 1 host(s) with 8 GPUs in one leaf; it needs 2"]

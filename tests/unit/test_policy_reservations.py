@@ -177,3 +177,14 @@ def test_searches_capped_per_cycle():
     # The two reservations never share a host.
     a, c = of(p, CreateReservation)
     assert not set(a.nodes) & set(c.nodes)
+
+
+def test_held_jobs_do_not_take_the_head_of_the_partition():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    for i in range(1, 5):
+        b.run(100 + i, "r", hosts=[i], gpus_per_node=4, time_limit=3600 + 600 * i,
+              admin_comment=RES)
+    b.pend(5, "big", nodes=1, waited=9000, reason="JobHeldUser", admin_comment=RES)
+    b.pend(1, "big", nodes=2, waited=60, admin_comment=RES)
+    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    assert create.job_id == 1

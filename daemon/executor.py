@@ -1,0 +1,732 @@
+"""The executor: the only code that changes Slurm on the policy's behalf.
+
+Owns carrying out a :class:`~slurmpolicy.policy.actions.Plan` through a
+:class:`~slurmpolicy.slurm.client.SlurmClient`, journal first: the intent of
+every Slurm call is on disk before the call, its outcome after. It also owns
+the bookkeeping of the preemption state machine from what Slurm shows
+(acknowledgement seen in the victim's comment, deadline passed, victim
+ended, victim requeued), and the reconciliation of calls left unfinished by a
+daemon that died mid-step.
+
+Rules held here, whatever the plan says:
+
+- never cancel a job (there is no call for it);
+- at most one checkpoint signal per (job, restart count);
+- a requeue only after the victim was signalled and then acknowledged or
+  reached its deadline, and at most one per (job, restart count);
+- Slurm's "already pending", "already finished" and "invalid job id"
+  answers mean the goal is reached;
+- at most ``settings.daemon.max_slurm_calls_per_cycle`` calls per cycle,
+  the safety-relevant ones (requeue, finish, signal) first;
+- only reservations whose name carries our prefix are touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmpolicy.errors import (
+    JobAlreadyFinished,
+    JobAlreadyPending,
+    JobGone,
+    SlurmError,
+    SlurmUnavailable,
+)
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.model import Job, Snapshot
+from slurmpolicy.policy.actions import (
+    Action,
+    Annotate,
+    CreateReservation,
+    DeleteReservation,
+    FinishPreemption,
+    Plan,
+    PreemptionState,
+    Requeue,
+    SetBeginTime,
+    SetSiteFactor,
+    SignalCheckpoint,
+    StartPreemption,
+    UpdateReservation,
+    VictimState,
+)
+from slurmpolicy.settings import Settings
+from slurmpolicy.slurm.client import ReservationSpec, SlurmClient
+from slurmpolicy.store import FAILED, OK, REACHED, STARTED, UNKNOWN, Journal
+
+log = logging.getLogger("slurmpolicy.daemon")
+
+#: Order in which actions of one plan are carried out when the call budget is short:
+#: finishing what is in flight comes before starting anything new.
+_ORDER = {
+    "Requeue": 0, "FinishPreemption": 1, "SignalCheckpoint": 2, "StartPreemption": 3,
+    "DeleteReservation": 4, "CreateReservation": 5, "UpdateReservation": 6,
+    "SetBeginTime": 7, "SetSiteFactor": 8, "Annotate": 9,
+}
+#: Reservation flags: IGNORE_JOBS because the nodes are busy when we reserve
+#: them; MAGNETIC so that the beneficiary's job uses the reservation without
+#: being modified (only its user may use it).
+RESERVATION_FLAGS = ("IGNORE_JOBS", "MAGNETIC")
+#: Reservations of a preemption last the beneficiary's time limit plus this,
+#: or a day when it has none; they are deleted once the work is done.
+_DEFAULT_RESERVATION = 86400.0
+#: A preemption whose reservation Slurm refused this often is aborted.
+_RESERVE_TRIES = 3
+_RESERVATION_MARGIN = 3600.0
+
+
+class CallBudgetExhausted(Exception):
+    """Internal: the per-cycle cap on Slurm calls is reached."""
+
+
+@dataclass
+class CycleReport:
+    """What one execute() (and its reconcile) did, for metrics and logs."""
+
+    calls: int = 0
+    deferred: int = 0
+    #: (action kind, outcome) -> count
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    acks: int = 0
+    deadline_misses: int = 0
+    lost_gpu_seconds: float = 0.0
+    requeued: list[int] = field(default_factory=list)
+    signalled: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: CycleReport) -> None:
+        self.calls += other.calls
+        self.deferred += other.deferred
+        self.outcomes.update(other.outcomes)
+        self.acks += other.acks
+        self.deadline_misses += other.deadline_misses
+        self.lost_gpu_seconds += other.lost_gpu_seconds
+        self.requeued += other.requeued
+        self.signalled += other.signalled
+        self.notes += other.notes
+
+
+def _ack_time(job: Job) -> float | None:
+    return last_checkpoint(job.comment)
+
+
+def _acknowledged(job: Job, signalled_at: float) -> bool:
+    """The victim wrote a checkpoint acknowledgement at or after the signal.
+
+    Jobs write whole seconds; compare with the signal's whole second so that
+    an ack written within the same second as the signal counts.
+    """
+    ack = _ack_time(job)
+    return ack is not None and ack >= math.floor(signalled_at)
+
+
+class Executor:
+    """Carries out plans; one per daemon. ``client`` may be None in dry-run."""
+
+    def __init__(self, client: SlurmClient | None, journal: Journal, settings: Settings, *,
+                 dry_run: bool = False, clock: Callable[[], float] | None = None) -> None:
+        if client is None and not dry_run:
+            raise ValueError("an Executor without a Slurm client can only dry-run")
+        self.client = client
+        self.journal = journal
+        self.settings = settings
+        self.dry_run = dry_run
+        self._clock = clock or journal.now
+        self._budget = settings.daemon.max_slurm_calls_per_cycle
+        self._report = CycleReport()
+        #: Polled between actions: SIGTERM lets the current step finish, then stops.
+        self.should_stop: Callable[[], bool] = lambda: False
+        #: Fault injection for the crash tests: ``kill-after:<step kind>`` makes the
+        #: daemon SIGKILL itself right after such a Slurm call succeeded and
+        #: before its outcome is journalled (the worst moment to die).
+        self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
+        self._annotations: dict[int | None, str] = {}
+
+    # ------------------------------------------------------------- plumbing
+    def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
+              restart_count: int | None = None, preemption_id: str | None = None,
+              params: dict[str, Any] | None = None,
+              reached: tuple[type[SlurmError], ...] = ()) -> tuple[str, str]:
+        """Journal the intent, make one Slurm call, journal its outcome.
+
+        Returns (status, Slurm's message). ``reached`` lists the errors that
+        mean the goal is already reached. SlurmUnavailable propagates (the
+        cycle stops; the step stays ``started`` and is reconciled next time).
+        """
+        if self._report.calls >= self._budget:
+            raise CallBudgetExhausted
+        step = self.journal.begin_step(key, kind, job_id=job_id, restart_count=restart_count,
+                                       preemption_id=preemption_id, params=params)
+        self._report.calls += 1
+        try:
+            fn()
+        except SlurmUnavailable:
+            raise
+        except reached as exc:
+            self.journal.finish_step(step, REACHED, f"{type(exc).__name__}: {exc}")
+            return REACHED, type(exc).__name__
+        except (SlurmError, ValueError) as exc:
+            # ValueError: the adapter refused the arguments before calling Slurm.
+            message = getattr(exc, "slurm_message", "") or str(exc)
+            self.journal.finish_step(step, FAILED, message)
+            return FAILED, message
+        if self._fault == f"kill-after:{kind}":
+            log.warning("fault injection: SIGKILL after %s", key)
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.journal.finish_step(step, OK)
+        return OK, ""
+
+    def _audit(self, action: Action | None, kind: str, reason: str, outcome: str, *,
+               job_id: int | None = None, jobs: tuple[int, ...] = (),
+               detail: dict[str, Any] | None = None) -> None:
+        self._report.outcomes[(kind, outcome.split(":", 1)[0])] += 1
+        self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
+                           detail=detail, dry_run=self.dry_run)
+        log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
+
+    # ----------------------------------------------------------- reconcile
+    def reconcile(self, snapshot: Snapshot, now: float | None = None) -> CycleReport:
+        """Bring the journal in line with what Slurm shows; no Slurm calls but
+        the cleanup of our own reservations (within the call budget).
+
+        Run before each plan; at start-up it also resolves the calls a dead
+        daemon left ``started``.
+        """
+        now = self._clock() if now is None else now
+        self._report = CycleReport()
+        if self.dry_run:
+            return self._report
+        with self.journal.transaction():
+            self._resolve_unfinished(snapshot)
+            self._observe_victims(snapshot, now)
+            self._advance_preemptions(snapshot)
+        return self._report
+
+    def _resolve_unfinished(self, snapshot: Snapshot) -> None:
+        for step in self.journal.unfinished_steps():
+            kind, job_id = step["kind"], step["job_id"]
+            rc, pid = step["restart_count"], step["preemption_id"]
+            job = snapshot.job(job_id) if job_id is not None else None
+            note = f"step {step['key']} was in flight when the daemon stopped"
+            if kind == "signal" and pid is not None:
+                # It may have reached the job: count it as sent, never send it twice.
+                params = step["params"]
+                self.journal.update_victim(
+                    pid, job_id, rc, state=VictimState.SIGNALLED,
+                    signal=params.get("signal"),
+                    signalled_at=float(math.floor(step["started_at"])),
+                    deadline=params.get("deadline"))
+                self.journal.finish_step(step["id"], UNKNOWN, note + "; counted as sent")
+                self._audit(None, "Reconcile", note + "; counted as sent, not repeated",
+                            "reconciled", job_id=job_id, jobs=(job_id,))
+            elif kind == "requeue" and pid is not None:
+                done = job is None or not job.is_running or job.restart_count > rc
+                status = REACHED if done else FAILED
+                self.journal.finish_step(step["id"], status,
+                                         note + ("; Slurm shows it done" if done
+                                                 else "; not carried out"))
+                if done:
+                    self._victim_requeued(pid, job_id, rc, job, step["started_at"])
+                self._audit(None, "Reconcile", note + ("; Slurm shows the job requeued"
+                                                       if done else "; it will be retried"),
+                            "reconciled", job_id=job_id, jobs=(job_id,))
+            elif kind == "reserve" and pid is not None:
+                name = step["params"].get("name", "")
+                present = snapshot.reservation(name) is not None
+                self.journal.finish_step(step["id"], REACHED if present else FAILED, note)
+                if present:
+                    self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
+            else:
+                # Site factors, begin times and reservations: the next plan
+                # re-emits whatever is still needed; these calls are idempotent.
+                self.journal.finish_step(step["id"], UNKNOWN, note)
+
+    def _victim_requeued(self, pid: str, job_id: int, rc: int, job: Job | None,
+                         at: float) -> None:
+        victim = self.journal.victim(pid, job_id, rc)
+        if victim is None or victim["state"] == VictimState.REQUEUED.value:
+            return
+        self.journal.update_victim(pid, job_id, rc, state=VictimState.REQUEUED, requeued_at=at)
+        self.journal.record_preempted(job_id, at)
+        lost = self._lost_gpu_seconds(job, victim, at)
+        self._report.lost_gpu_seconds += lost
+        self._report.requeued.append(job_id)
+
+    def _lost_gpu_seconds(self, job: Job | None, victim: dict[str, Any], at: float) -> float:
+        """GPU-seconds of work since the victim's last checkpoint (or its start)."""
+        if job is None:
+            return 0.0
+        gpus = victim.get("gpus") or job.gpus
+        since = _ack_time(job) or job.start_time
+        if since is None:
+            return 0.0
+        return max(0.0, at - since) * gpus
+
+    def _observe_victims(self, snapshot: Snapshot, now: float) -> None:
+        for victim in self.journal.open_victims():
+            pid, job_id, rc = victim["preemption_id"], victim["job_id"], victim["restart_count"]
+            state = VictimState(victim["state"])
+            job = snapshot.job(job_id)
+            if job is None or job.state.is_finished:
+                if state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE) and \
+                        self.journal.has_step(f"requeue:{job_id}:{rc}", (OK, REACHED)):
+                    continue
+                self.journal.update_victim(pid, job_id, rc, state=VictimState.ENDED)
+                self._audit(None, "VictimEnded",
+                            f"victim {job_id} ended by itself"
+                            f" ({job.state.value if job else 'gone from Slurm'}); no requeue",
+                            "observed", job_id=job_id, jobs=(job_id,))
+                continue
+            if job.restart_count > rc or (job.is_pending and state is not VictimState.PLANNED):
+                # Requeued (by us, in a step whose outcome was lost, or by Slurm).
+                self._victim_requeued(pid, job_id, rc, job, now)
+                continue
+            if state is VictimState.SIGNALLED:
+                # Note the ack or the missed deadline once (audit, metrics); the
+                # state moves to acknowledged/deadline when the requeue is made,
+                # so that the planner words its reason from what it sees.
+                signalled_at = float(victim["signalled_at"] or now)
+                if victim["acked_at"] is None and _acknowledged(job, signalled_at):
+                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job))
+                    self._report.acks += 1
+                    self._audit(None, "CheckpointAck",
+                                f"victim {job_id} acknowledged its checkpoint "
+                                f"{max(0.0, (_ack_time(job) or now) - signalled_at):.0f}s after"
+                                " the signal", "observed", job_id=job_id, jobs=(job_id,))
+                elif victim["acked_at"] is None and victim["deadline"] is not None and \
+                        now >= float(victim["deadline"]) and not victim["deadline_noted"]:
+                    self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
+                    self.journal.add_missed_ack(job_id)
+                    self._report.deadline_misses += 1
+                    self._audit(None, "CheckpointDeadline",
+                                f"victim {job_id} did not acknowledge its checkpoint by its"
+                                " deadline; it is requeued anyway",
+                                "observed", job_id=job_id, jobs=(job_id,))
+
+    def _advance_preemptions(self, snapshot: Snapshot) -> None:
+        for p in self.journal.preemptions(open_only=True):
+            victims = self.journal.victims_of(p["preemption_id"])
+            states = {VictimState(v["state"]) for v in victims}
+            current = PreemptionState(p["state"])
+            if victims and states <= {VictimState.REQUEUED, VictimState.ENDED}:
+                target = PreemptionState.REQUEUED
+            elif current is PreemptionState.RESERVED and VictimState.PLANNED not in states:
+                target = PreemptionState.SIGNALLED
+            else:
+                continue
+            if target is not current:
+                self.journal.set_preemption_state(p["preemption_id"], target)
+
+    # -------------------------------------------------------------- execute
+    def execute(self, plan: Plan, snapshot: Snapshot, now: float | None = None) -> CycleReport:
+        """Carry out ``plan`` (call reconcile() first, on the same snapshot)."""
+        now = self._clock() if now is None else now
+        report = self._report
+        actions = sorted(plan.actions, key=lambda a: _ORDER.get(a.kind, 10))
+        pending = list(actions)
+        try:
+            self._cleanup_orphans(snapshot)
+            while pending and not self.should_stop():
+                action = pending[0]
+                self._one(action, snapshot, now)
+                pending.pop(0)
+        except CallBudgetExhausted:
+            report.deferred += len([a for a in pending if not isinstance(a, Annotate)])
+            report.notes.append(f"call budget of {self._budget} reached; "
+                                f"{report.deferred} action(s) left for the next cycle")
+            log.warning(report.notes[-1])
+        return report
+
+    def _one(self, action: Action, snapshot: Snapshot, now: float) -> None:
+        handler = getattr(self, f"_do_{action.kind}", None)
+        if handler is None:
+            self._audit(action, action.kind, action.reason, "skipped: unknown action")
+            return
+        if self.dry_run:
+            job_id = getattr(action, "job_id", None) or getattr(action, "beneficiary", None)
+            self._audit(action, action.kind, action.reason, "dry-run", job_id=job_id,
+                        jobs=tuple(getattr(action, "victims", ())),
+                        detail=_describe(action))
+            return
+        handler(action, snapshot, now)
+
+    # Each handler: guard, journal, call, record, audit.
+    def _do_Annotate(self, a: Annotate, snapshot: Snapshot, now: float) -> None:
+        # The planner repeats its explanations every cycle; the audit keeps changes.
+        if self._annotations.get(a.job_id) == a.reason:
+            return
+        self._annotations[a.job_id] = a.reason
+        self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id)
+
+    def _do_SetSiteFactor(self, a: SetSiteFactor, snapshot: Snapshot, now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        status, msg = self._call(
+            f"sitefactor:{a.job_id}:{a.site_factor}", "sitefactor",
+            lambda: client.set_site_factor(a.job_id, a.site_factor), job_id=a.job_id,
+            params={"site_factor": a.site_factor},
+            reached=(JobGone, JobAlreadyFinished))
+        if status == OK:
+            self.journal.set_site_factor(a.job_id, a.site_factor)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"site_factor": a.site_factor, "previous": a.previous})
+
+    def _do_SetBeginTime(self, a: SetBeginTime, snapshot: Snapshot, now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        status, msg = self._call(
+            f"begin:{a.job_id}:{a.begin_time}", "begintime",
+            lambda: client.set_begin_time(a.job_id, a.begin_time), job_id=a.job_id,
+            params={"begin_time": a.begin_time}, reached=(JobGone, JobAlreadyFinished))
+        if status in (OK, REACHED):
+            self.journal.set_begin_time(a.job_id, a.begin_time)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"begin_time": a.begin_time})
+
+    def _ours(self, name: str) -> bool:
+        return name.startswith(self.settings.reservations.name_prefix)
+
+    def _spec(self, a: CreateReservation | UpdateReservation) -> ReservationSpec:
+        return ReservationSpec(
+            name=a.name, nodes=tuple(a.nodes), start_time=a.start_time,
+            duration_minutes=max(1, math.ceil(a.duration / 60)), users=(a.user,),
+            partition=a.partition, flags=RESERVATION_FLAGS)
+
+    def _do_CreateReservation(self, a: CreateReservation, snapshot: Snapshot,
+                              now: float) -> None:
+        self._reservation(a, snapshot, create=snapshot.reservation(a.name) is None)
+
+    def _do_UpdateReservation(self, a: UpdateReservation, snapshot: Snapshot,
+                              now: float) -> None:
+        self._reservation(a, snapshot, create=snapshot.reservation(a.name) is None)
+
+    def _reservation(self, a: CreateReservation | UpdateReservation, snapshot: Snapshot,
+                     create: bool) -> None:
+        assert self.client is not None
+        client = self.client
+        if not self._ours(a.name):
+            self._audit(a, a.kind, a.reason, "refused: not a slurmpolicy reservation",
+                        job_id=a.job_id)
+            return
+        spec = self._spec(a)
+        fn = (lambda: client.create_reservation(spec)) if create else (
+            lambda: client.update_reservation(spec))
+        status, msg = self._call(f"resv:{a.name}:{a.start_time}", "reservation", fn,
+                                 job_id=a.job_id, params={"name": a.name, "create": create})
+        if status == OK:
+            self.journal.record_reservation(a.name, a.job_id, a.nodes, a.start_time, a.duration)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail=_describe(a))
+
+    def _do_DeleteReservation(self, a: DeleteReservation, snapshot: Snapshot,
+                              now: float) -> None:
+        if not self._ours(a.name):
+            self._audit(a, a.kind, a.reason, "refused: not a slurmpolicy reservation",
+                        job_id=a.job_id)
+            return
+        users = _jobs_in(snapshot, a.name)
+        if users:
+            # Slurm refuses while a job runs in it; _cleanup_orphans deletes it after.
+            first = self.journal.reservation_state(a.name) != "orphan"
+            if first:
+                if self.journal.reservation_state(a.name) is None:
+                    self.journal.record_reservation(a.name, a.job_id, (), now, 0.0,
+                                                    state="orphan")
+                else:
+                    self.journal.set_reservation_state(a.name, "orphan")
+                self._audit(a, a.kind, a.reason,
+                            f"deferred: in use by job {users[0]}; deleted once it ends",
+                            job_id=a.job_id)
+            return
+        status, msg = self._delete_reservation(a.name, a.job_id, snapshot)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"name": a.name})
+
+    def _delete_reservation(self, name: str, job_id: int | None,
+                            snapshot: Snapshot) -> tuple[str, str]:
+        assert self.client is not None
+        client = self.client
+        if snapshot.reservation(name) is None or self.journal.reservation_state(name) == "deleted":
+            self.journal.set_reservation_state(name, "deleted")
+            return REACHED, "no such reservation"
+        status, msg = self._call(f"resvdel:{name}", "reservation-delete",
+                                 lambda: client.delete_reservation(name), job_id=job_id,
+                                 params={"name": name})
+        if status in (OK, REACHED):
+            self.journal.set_reservation_state(name, "deleted")
+        else:
+            # Slurm refuses while a job runs in it: delete it later.
+            self.journal.set_reservation_state(name, "orphan")
+        return status, msg
+
+    def _cleanup_orphans(self, snapshot: Snapshot) -> None:
+        for row in self.journal.reservations("orphan"):
+            resv = snapshot.reservation(row["name"])
+            if resv is None:
+                self.journal.set_reservation_state(row["name"], "deleted")
+                continue
+            if not _jobs_in(snapshot, row["name"]):
+                status, msg = self._delete_reservation(row["name"], row["job_id"], snapshot)
+                self._audit(None, "DeleteReservation",
+                            f"reservation {row['name']} is no longer used", _outcome(status, msg),
+                            job_id=row["job_id"])
+
+    def _do_StartPreemption(self, a: StartPreemption, snapshot: Snapshot, now: float) -> None:
+        jobs = (a.beneficiary, *a.victims)
+        if self.journal.preemption(a.preemption_id) is not None:
+            self._audit(a, a.kind, a.reason, "reached: already started",
+                        job_id=a.beneficiary, jobs=jobs)
+            return
+        busy = {v["job_id"] for v in self.journal.open_victims()}
+        taken = sorted(set(a.victims) & busy)
+        beneficiary = snapshot.job(a.beneficiary)
+        problem = ""
+        if taken:
+            problem = f"victim(s) {taken} already in another preemption"
+        elif beneficiary is None or not beneficiary.is_pending:
+            problem = f"beneficiary {a.beneficiary} is not pending"
+        elif not self._ours(a.reservation):
+            problem = f"reservation name {a.reservation!r} lacks our prefix"
+        victims = []
+        counts = a.restart_counts or (None,) * len(a.victims)
+        for job_id, planned_rc in zip(a.victims, counts, strict=True):
+            job = snapshot.job(job_id)
+            if job is None or not job.is_running:
+                problem = problem or f"victim {job_id} is not running"
+                continue
+            if planned_rc is not None and planned_rc != job.restart_count:
+                problem = problem or f"victim {job_id} restarted since the plan"
+                continue
+            victims.append((job_id, job.restart_count, job.gpus))
+        if problem:
+            self._audit(a, a.kind, a.reason, f"refused: {problem}", job_id=a.beneficiary,
+                        jobs=jobs)
+            return
+        assert beneficiary is not None
+        self.journal.open_preemption(a.preemption_id, a.beneficiary, a.nodes, a.reservation,
+                                     victims, a.reason, a.expected_lost_gpu_seconds)
+        limit = a.duration or beneficiary.time_limit
+        duration = (limit + _RESERVATION_MARGIN) if limit and math.isfinite(limit) else (
+            _DEFAULT_RESERVATION)
+        spec = ReservationSpec(
+            name=a.reservation, nodes=tuple(a.nodes), start_time=now,
+            duration_minutes=max(1, math.ceil(duration / 60)),
+            users=(a.user or beneficiary.user,), flags=RESERVATION_FLAGS)
+        self._reserve(a.preemption_id, spec, a.beneficiary)
+        self._audit(a, a.kind, a.reason,
+                    "ok" if self.journal.preemption(a.preemption_id)["state"]  # type: ignore[index]
+                    == PreemptionState.RESERVED.value else "ok: reservation pending",
+                    job_id=a.beneficiary, jobs=jobs, detail=_describe(a))
+
+    def _reserve(self, pid: str, spec: ReservationSpec, beneficiary: int) -> None:
+        assert self.client is not None
+        client = self.client
+        status, msg = self._call(f"reserve:{pid}", "reserve",
+                                 lambda: client.create_reservation(spec), job_id=beneficiary,
+                                 preemption_id=pid,
+                                 params={"name": spec.name, "nodes": list(spec.nodes)})
+        if status == OK:
+            self.journal.record_reservation(spec.name, beneficiary, spec.nodes, spec.start_time,
+                                            spec.duration_minutes * 60.0, state="preemption")
+            self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
+        else:
+            self._audit(None, "Reserve", f"reservation {spec.name} for preemption {pid}",
+                        _outcome(status, msg), job_id=beneficiary)
+
+    def _do_SignalCheckpoint(self, a: SignalCheckpoint, snapshot: Snapshot, now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        key = f"signal:{a.job_id}:{a.restart_count}"
+        victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
+        if victim is None:
+            self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
+                        job_id=a.job_id)
+            return
+        if self.journal.has_step(key) or victim["state"] != VictimState.PLANNED.value:
+            self._audit(a, a.kind, a.reason, "reached: already signalled", job_id=a.job_id)
+            return
+        if not self._reserved(a.preemption_id):
+            # Never make a victim give up its nodes before they are reserved
+            # for the beneficiary; carry_on() retries the reservation.
+            self._audit(a, a.kind, a.reason, "deferred: reservation not in place yet",
+                        job_id=a.job_id)
+            return
+        job = snapshot.job(a.job_id)
+        if job is None or not job.is_running or job.restart_count != a.restart_count:
+            self._audit(a, a.kind, a.reason, "skipped: victim no longer running as planned",
+                        job_id=a.job_id)
+            return
+        status, msg = self._call(
+            key, "signal", lambda: client.signal(a.job_id, a.signal, "batch"), job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"signal": a.signal, "deadline": a.deadline},
+            reached=(JobGone, JobAlreadyFinished))
+        if status == OK:
+            # Whole seconds: jobs acknowledge in whole seconds, and an ack in
+            # the same second as the signal must count (the planner compares too).
+            self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
+                                       state=VictimState.SIGNALLED, signal=a.signal,
+                                       signalled_at=float(math.floor(now)),
+                                       deadline=a.deadline)
+            self._report.signalled.append(a.job_id)
+        elif status == REACHED:
+            self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
+                                       state=VictimState.ENDED)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"signal": a.signal, "deadline": a.deadline,
+                            "restart_count": a.restart_count})
+
+    def _do_Requeue(self, a: Requeue, snapshot: Snapshot, now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        key = f"requeue:{a.job_id}:{a.restart_count}"
+        victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
+        if victim is None:
+            self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
+                        job_id=a.job_id)
+            return
+        state = VictimState(victim["state"])
+        job = snapshot.job(a.job_id)
+        if a.after == "no-checkpoint" and state is VictimState.PLANNED and job is not None:
+            if parse_admin_comment(job.admin_comment).can_checkpoint:
+                self._audit(a, a.kind, a.reason,
+                            "refused: the victim can checkpoint; signal it first",
+                            job_id=a.job_id)
+                return
+            if not self._reserved(a.preemption_id):
+                self._audit(a, a.kind, a.reason, "deferred: reservation not in place yet",
+                            job_id=a.job_id)
+                return
+            state = VictimState.DEADLINE  # nothing to wait for
+        if state in (VictimState.REQUEUED, VictimState.ENDED) or \
+                self.journal.has_step(key, (OK, REACHED, STARTED)):
+            self._audit(a, a.kind, a.reason, "reached: already requeued or ended",
+                        job_id=a.job_id)
+            return
+        if state is VictimState.SIGNALLED and job is not None:
+            # The plan may have seen the ack or the deadline before our bookkeeping.
+            if _acknowledged(job, float(victim["signalled_at"] or now)):
+                state = VictimState.ACKNOWLEDGED
+            elif victim["deadline"] is not None and now >= float(victim["deadline"]):
+                state = VictimState.DEADLINE
+        if state not in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
+            self._audit(a, a.kind, a.reason,
+                        f"refused: victim is {state.value}, neither acknowledged nor past"
+                        " its deadline", job_id=a.job_id)
+            return
+        if job is None or not job.is_running or job.restart_count != a.restart_count:
+            self._audit(a, a.kind, a.reason, "skipped: victim no longer running as planned",
+                        job_id=a.job_id)
+            return
+        self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count, state=state)
+        status, msg = self._call(
+            key, "requeue", lambda: client.requeue(a.job_id), job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"after": a.after}, reached=(JobAlreadyPending,))
+        if status in (OK, REACHED):
+            self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"after": state.value, "restart_count": a.restart_count})
+
+    def _reserved(self, pid: str) -> bool:
+        p = self.journal.preemption(pid)
+        return p is not None and p["state"] != PreemptionState.PLANNED.value
+
+    def _do_FinishPreemption(self, a: FinishPreemption, snapshot: Snapshot, now: float) -> None:
+        p = self.journal.preemption(a.preemption_id)
+        if p is None:
+            self._audit(a, a.kind, a.reason, "refused: unknown preemption")
+            return
+        victims = tuple(v["job_id"] for v in self.journal.victims_of(a.preemption_id))
+        jobs = (int(p["beneficiary"]), *victims)
+        if p["state"] in (PreemptionState.DONE.value, PreemptionState.ABORTED.value):
+            self._audit(a, a.kind, a.reason, "reached: already closed",
+                        job_id=int(p["beneficiary"]), jobs=jobs)
+            return
+        if _jobs_in(snapshot, p["reservation"]):
+            self.journal.set_reservation_state(p["reservation"], "orphan")
+            status = FAILED
+        else:
+            status, _ = self._delete_reservation(p["reservation"], int(p["beneficiary"]),
+                                                 snapshot)
+        target = PreemptionState.ABORTED if a.aborted else PreemptionState.DONE
+        self.journal.set_preemption_state(a.preemption_id, target,
+                                          reason=a.reason if a.aborted else None)
+        self._audit(a, a.kind, a.reason, target.value, job_id=int(p["beneficiary"]), jobs=jobs,
+                    detail={"reservation": p["reservation"],
+                            "reservation_deleted": status in (OK, REACHED)})
+
+    def carry_on(self, snapshot: Snapshot, now: float | None = None) -> None:
+        """Retry what the executor owns alone: reservations of planned preemptions."""
+        if self.dry_run:
+            return
+        now = self._clock() if now is None else now
+        try:
+            for p in self.journal.preemptions(open_only=True):
+                if p["state"] != PreemptionState.PLANNED.value:
+                    continue
+                if snapshot.reservation(p["reservation"]) is not None:
+                    self.journal.set_preemption_state(p["preemption_id"], PreemptionState.RESERVED)
+                    continue
+                beneficiary = snapshot.job(int(p["beneficiary"]))
+                if beneficiary is None or not beneficiary.is_pending:
+                    continue  # the planner closes it
+                failures = self.journal.steps(key=f"reserve:{p['preemption_id']}",
+                                              status=FAILED)
+                if len(failures) >= _RESERVE_TRIES:
+                    why = (f"Slurm refused the reservation {_RESERVE_TRIES} times: "
+                           f"{failures[-1]['error']}")
+                    self.journal.set_preemption_state(p["preemption_id"],
+                                                      PreemptionState.ABORTED, reason=why)
+                    self._audit(None, "FinishPreemption", why, "aborted",
+                                job_id=int(p["beneficiary"]))
+                    continue
+                spec = ReservationSpec(
+                    name=p["reservation"], nodes=tuple(_json_list(p["nodes"])), start_time=now,
+                    duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),
+                    users=(beneficiary.user,), flags=RESERVATION_FLAGS)
+                self._reserve(p["preemption_id"], spec, int(p["beneficiary"]))
+        except CallBudgetExhausted:
+            pass
+
+
+def _jobs_in(snapshot: Snapshot, reservation: str) -> list[int]:
+    """Running jobs inside a reservation (Slurm will not delete it under them)."""
+    return [j.job_id for j in snapshot.jobs if j.is_running and j.reservation == reservation]
+
+
+def _json_list(text: str) -> list[str]:
+    return list(json.loads(text or "[]"))
+
+
+def _outcome(status: str, message: str) -> str:
+    if status == OK:
+        return "ok"
+    if status == REACHED:
+        return f"reached: {message}" if message else "reached"
+    return f"failed: {message}"
+
+
+def _describe(action: Action) -> dict[str, Any]:
+    """The action's fields as plain data for the audit's detail column."""
+    out: dict[str, Any] = {}
+    for name in getattr(type(action), "__slots__", ()):
+        if name == "reason":
+            continue
+        value = getattr(action, name, None)
+        out[name] = list(value) if isinstance(value, tuple) else value
+    # Slots of the base classes too (reason excluded).
+    for base in type(action).__mro__[1:]:
+        for name in getattr(base, "__slots__", ()):
+            if name != "reason" and name not in out:
+                out[name] = getattr(action, name, None)
+    return out
+

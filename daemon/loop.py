@@ -1,0 +1,344 @@
+"""The daemon's main loop: read, plan, execute, record; again.
+
+Owns the cycle and the process's life: the state-directory lock, signals
+(SIGTERM/SIGINT: finish the current step and exit; SIGHUP: reload settings
+and fabric), systemd notify and watchdog, back-off when Slurm does not
+answer, the metrics endpoint, and the fair-share usage accounting that the
+journal keeps between cycles.
+
+One cycle::
+
+    snapshot = client.snapshot()           # skipped if stale or Slurm is down
+    executor.reconcile(snapshot)           # journal <- what Slurm shows
+    fabric = (re)load when changed         # topology sources
+    plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
+    executor.execute(plan, snapshot)       # journal first, capped, idempotent
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from slurmpolicy import settings as settings_mod
+from slurmpolicy.daemon.executor import CycleReport, Executor
+from slurmpolicy.daemon.lock import StateLock
+from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
+from slurmpolicy.daemon.notify import Notifier
+from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
+from slurmpolicy.model import Snapshot
+from slurmpolicy.policy.fairshare import advance_usage
+from slurmpolicy.settings import Settings
+from slurmpolicy.slurm.client import SlurmClient
+from slurmpolicy.store import Journal
+
+log = logging.getLogger("slurmpolicy.daemon")
+
+Planner = Callable[..., Any]
+FabricLoader = Callable[[Snapshot, Settings], Any]
+
+
+@dataclass
+class CycleResult:
+    #: "ok", "stale" (snapshot too old), "unavailable" (Slurm did not answer), "error"
+    result: str
+    seconds: float
+    report: CycleReport | None = None
+    actions: int = 0
+    message: str = ""
+
+
+def slurm_conf_path() -> Path | None:
+    env = os.environ.get("SLURM_CONF")
+    if env:
+        return Path(env)
+    default = Path("/etc/slurm/slurm.conf")
+    return default if default.exists() else None
+
+
+def fabric_sources(settings: Settings) -> list[Path]:
+    """Files whose change means the fabric must be read again."""
+    paths = []
+    for text in (settings.fabric.topology_conf, settings.fabric.fabric_file):
+        if text:
+            paths.append(Path(text))
+    conf = slurm_conf_path()
+    if conf is not None:
+        paths += [conf, conf.with_name("topology.conf")]
+    return paths
+
+
+def make_client(settings: Settings) -> SlurmClient:
+    from slurmpolicy.slurm.client import connect
+
+    options = {"bin_dir": settings.slurm.bin_dir or None,
+               "timeout": settings.slurm.command_timeout}
+    try:
+        return connect(settings.slurm.adapter, **options)
+    except TypeError:  # an adapter that takes no such options
+        return connect(settings.slurm.adapter)
+
+
+def default_fabric_loader(snapshot: Snapshot, settings: Settings) -> Any:
+    from slurmpolicy.topology import Fabric
+
+    return Fabric.from_sources(snapshot.nodes, settings.fabric, slurm_conf_path())
+
+
+def default_planner() -> Planner:
+    from slurmpolicy.policy import plan
+
+    return plan
+
+
+class Daemon:
+    """One daemon process. ``run()`` loops until SIGTERM; ``cycle()`` is one pass."""
+
+    def __init__(self, settings: Settings, *, settings_path: str | None = None,
+                 client: SlurmClient | None = None, dry_run: bool = False,
+                 planner: Planner | None = None, fabric_loader: FabricLoader | None = None,
+                 clock: Callable[[], float] = time.time, serve_metrics: bool = True) -> None:
+        self.settings = settings
+        self.settings_path = settings_path
+        self.dry_run = dry_run
+        self.clock = clock
+        self.client = client
+        self.planner = planner
+        self.fabric_loader = fabric_loader or default_fabric_loader
+        self.serve_metrics = serve_metrics
+        self.state_dir = Path(settings.daemon.state_dir)
+        self.lock = StateLock(self.state_dir)
+        self.notifier = Notifier()
+        self.metrics = Metrics()
+        self.journal: Journal | None = None
+        self.executor: Executor | None = None
+        self.fabric: Any = None
+        self._fabric_key: tuple[Any, ...] | None = None
+        self._stop = threading.Event()
+        self._reload = False
+        self._failures = 0
+        self.cycles = 0
+        self._last_watchdog = 0.0
+
+    # -------------------------------------------------------------- signals
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current step, then stopping", signum)
+        self._stop.set()
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        log.info("SIGHUP: settings and fabric will be read again")
+        self._reload = True
+        self._fabric_key = None
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Lock the state directory, open the journal, connect, serve metrics."""
+        self.lock.acquire()
+        try:
+            self.journal = Journal(self.state_dir)
+            if self.client is None:
+                self.client = make_client(self.settings)
+            if self.planner is None:
+                self.planner = default_planner()
+            self.executor = Executor(self.client, self.journal, self.settings,
+                                     dry_run=self.dry_run, clock=self.clock)
+            self.executor.should_stop = self._stop.is_set
+            if self.serve_metrics and self.settings.metrics.enabled:
+                try:
+                    self.metrics.serve(self.settings.metrics.bind, self.settings.metrics.port)
+                except OSError as exc:
+                    raise ConfigError(
+                        f"metrics endpoint {self.settings.metrics.bind}:"
+                        f"{self.settings.metrics.port}: {exc.strerror}"
+                        " - at `$.metrics.port`") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.metrics.stop()
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+        self.lock.release()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def run(self, *, once: bool = False) -> int:
+        """Cycle until stopped (or once). Returns the exit status."""
+        self.open()
+        try:
+            if threading.current_thread() is threading.main_thread():
+                self.install_signal_handlers()
+            mode = " (dry run)" if self.dry_run else ""
+            self.notifier.ready(f"started{mode}; state {self.state_dir}")
+            log.info("slurmpolicy daemon started%s, state %s", mode, self.state_dir)
+            status = 0
+            while not self.stopping:
+                result = self.cycle()
+                self.notifier.status(self._status_line(result))
+                if once:
+                    status = 0 if result.result == "ok" else 1
+                    break
+                self._sleep(self._delay(result))
+            self.notifier.stopping("stopping; in-flight preemptions stay in the journal")
+            log.info("slurmpolicy daemon stopped")
+            return status
+        finally:
+            self.close()
+            self.notifier.close()
+
+    def _status_line(self, r: CycleResult) -> str:
+        mode = "dry run, " if self.dry_run else ""
+        if r.result == "ok" and r.report is not None:
+            return (f"{mode}cycle {self.cycles} ok in {r.seconds:.2f}s: {r.actions} action(s), "
+                    f"{r.report.calls} Slurm call(s), {self._in_flight()} preemption(s) open")
+        return f"{mode}cycle {self.cycles} {r.result}: {r.message}"
+
+    def _delay(self, result: CycleResult) -> float:
+        interval = self.settings.daemon.interval
+        if result.result in ("unavailable", "stale", "error"):
+            # Bounded exponential back-off: interval, 2x, 4x ... up to max_backoff.
+            return min(self.settings.daemon.max_backoff,
+                       max(1.0, interval) * 2 ** min(self._failures - 1, 16))
+        return interval
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, but wake for SIGTERM and keep the watchdog fed."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            step = left
+            wd = self.notifier.watchdog_interval
+            if wd:
+                step = min(step, wd / 2)
+                self._feed_watchdog()
+            self._stop.wait(step)
+
+    def _feed_watchdog(self) -> None:
+        self.notifier.watchdog()
+        self._last_watchdog = time.monotonic()
+
+    # ---------------------------------------------------------------- cycle
+    def _maybe_reload_settings(self) -> None:
+        if not self._reload:
+            return
+        self._reload = False
+        self.notifier.reloading()
+        try:
+            fresh = settings_mod.load(self.settings_path)
+        except ConfigError as exc:
+            log.error("settings not reloaded, keeping the old ones: %s", exc)
+        else:
+            if fresh.daemon.state_dir != self.settings.daemon.state_dir:
+                log.error("daemon.state_dir changed; it takes effect only on restart")
+            self.settings = fresh
+            if self.executor is not None:
+                self.executor.settings = fresh
+            log.info("settings reloaded from %s", self.settings_path or "default path")
+        self.notifier.send("READY=1")
+
+    def _fabric_for(self, snapshot: Snapshot) -> Any:
+        paths = fabric_sources(self.settings)
+        stamps = tuple((str(p), p.stat().st_mtime if p.exists() else None) for p in paths)
+        nodes = tuple((n.name, n.gpus, n.features) for n in snapshot.nodes)
+        key = (stamps, nodes)
+        if self.fabric is None or key != self._fabric_key:
+            self.fabric = self.fabric_loader(snapshot, self.settings)
+            self._fabric_key = key
+            log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
+        return self.fabric
+
+    def _in_flight(self) -> int:
+        if self.journal is None:
+            return 0
+        return len(self.journal.preemptions(open_only=True))
+
+    def cycle(self) -> CycleResult:
+        """One pass; never raises for Slurm being away (it backs off instead)."""
+        assert self.journal is not None and self.executor is not None
+        assert self.client is not None and self.planner is not None
+        started = time.monotonic()
+        self.cycles += 1
+        self._feed_watchdog()
+        self._maybe_reload_settings()
+        try:
+            snapshot = self.client.snapshot()
+        except SlurmUnavailable as exc:
+            return self._finish(self._fail("unavailable", f"Slurm does not answer: {exc}",
+                                           started))
+        now = self.clock()
+        age = now - snapshot.taken_at
+        if age > self.settings.daemon.max_snapshot_age:
+            return self._finish(self._fail(
+                "stale", f"snapshot is {age:.0f}s old (limit "
+                f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
+        try:
+            report = self.executor.reconcile(snapshot, now)
+            self._account_usage(snapshot, now)
+            fabric = self._fabric_for(snapshot)
+            intents = self.journal.load_intents(now=now)
+            plan = self.planner(snapshot, fabric, self.settings, intents, now)
+            self._feed_watchdog()
+            if not self.stopping:
+                self.executor.carry_on(snapshot, now)
+                self.executor.execute(plan, snapshot, now)
+        except SlurmUnavailable as exc:
+            return self._finish(self._fail("unavailable",
+                                           f"Slurm stopped answering mid-cycle: {exc}", started))
+        except SlurmPolicyError as exc:
+            log.error("cycle failed: %s", exc)
+            return self._finish(self._fail("error", str(exc), started))
+        self._failures = 0
+        result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
+        return self._finish(result, snapshot, fabric, now)
+
+    def _fail(self, kind: str, message: str, started: float) -> CycleResult:
+        self._failures += 1
+        log.warning("%s", message)
+        return CycleResult(kind, time.monotonic() - started, None, 0, message)
+
+    def _finish(self, result: CycleResult, snapshot: Snapshot | None = None,
+                fabric: Any = None, now: float | None = None) -> CycleResult:
+        assert self.journal is not None
+        figures = []
+        if snapshot is not None:
+            figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+        history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
+                                             report=result.report,
+                                             in_flight=self._in_flight(), figures=figures)
+        try:
+            self.journal.record_metrics(history, at=self.clock())
+        except Exception as exc:  # a full disk must not stop the policy
+            log.error("metrics history not written: %s", exc)
+        return result
+
+    def _account_usage(self, snapshot: Snapshot, now: float) -> None:
+        """Carry decayed GPU-second usage per account forward to ``now``."""
+        assert self.journal is not None
+        usage, usage_at = self.journal.usage()
+        half_life = self.settings.fairshare.half_life
+        # The policy's own arithmetic, so that planner and journal agree.
+        fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
+        self.journal.set_usage(fresh, now)
+        self.journal.forget_jobs(j.job_id for j in snapshot.jobs)

@@ -1,0 +1,146 @@
+"""The daemon's figures: a Prometheus endpoint (prometheus-client, its own
+registry, bound to ``settings.metrics.bind``, localhost by default) and the
+same figures written each cycle to the journal's metrics history.
+
+Owns the metric names (documented in docs/daemon.md) and how each figure is
+computed from a snapshot, the executor's cycle report and the fabric.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from slurmpolicy.jobpolicy import parse_admin_comment
+from slurmpolicy.model import Snapshot
+from slurmpolicy.settings import Settings
+
+log = logging.getLogger("slurmpolicy.daemon")
+
+Figure = tuple[str, Mapping[str, str], float]
+
+
+def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
+                     fabric: Any = None) -> list[Figure]:
+    """Gauges read off the cluster: GPUs by state, waits by class, fragmentation."""
+    out: list[Figure] = []
+    allocated = idle = unavailable = 0
+    free: dict[str, int] = {}
+    for node in snapshot.nodes:
+        allocated += node.gpus_alloc
+        if node.schedulable:
+            idle += max(0, node.gpus - node.gpus_alloc)
+            free[node.name] = max(0, node.gpus - node.gpus_alloc)
+        else:
+            unavailable += max(0, node.gpus - node.gpus_alloc)
+    out += [("slurmpolicy_gpus", {"state": "allocated"}, allocated),
+            ("slurmpolicy_gpus", {"state": "idle"}, idle),
+            ("slurmpolicy_gpus", {"state": "unavailable"}, unavailable)]
+    waits: dict[str, list[float]] = defaultdict(list)
+    for job in snapshot.pending():
+        since = job.eligible_time or job.submit_time
+        if since is None:
+            continue
+        name = parse_admin_comment(job.admin_comment).job_class or settings.default_class
+        waits[name].append(max(0.0, now - since))
+    for name in sorted(set(settings.classes) | set(waits)):
+        values = waits.get(name, [])
+        out.append(("slurmpolicy_pending_jobs", {"class": name}, len(values)))
+        out.append(("slurmpolicy_wait_seconds", {"class": name, "stat": "mean"},
+                    sum(values) / len(values) if values else 0.0))
+        out.append(("slurmpolicy_wait_seconds", {"class": name, "stat": "max"},
+                    max(values) if values else 0.0))
+    if fabric is not None:
+        try:
+            frag = fabric.fragmentation(free)
+        except Exception as exc:  # a fabric bug must not stop the daemon's figures
+            log.warning("fragmentation not computed: %s", exc)
+        else:
+            out.append(("slurmpolicy_fragmentation_index", {}, float(frag.index)))
+            out.append(("slurmpolicy_stranded_gpus", {}, float(frag.stranded_gpus)))
+    return out
+
+
+class Metrics:
+    """Prometheus metrics of one daemon; ``serve()`` starts the endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.cycle_seconds = Gauge("slurmpolicy_cycle_seconds",
+                                   "Duration of the last cycle", registry=r)
+        self.cycles = Counter("slurmpolicy_cycles", "Cycles by result", ["result"], registry=r)
+        self.slurm_calls = Counter("slurmpolicy_slurm_calls",
+                                   "Slurm calls that change something", registry=r)
+        self.actions = Counter("slurmpolicy_actions", "Actions by kind and outcome",
+                               ["kind", "outcome"], registry=r)
+        self.deferred = Counter("slurmpolicy_actions_deferred",
+                                "Actions left for the next cycle (call budget)", registry=r)
+        self.in_flight = Gauge("slurmpolicy_preemptions_in_flight",
+                               "Open preemptions", registry=r)
+        self.acks = Counter("slurmpolicy_checkpoint_acks",
+                            "Checkpoint acknowledgements seen from victims", registry=r)
+        self.misses = Counter("slurmpolicy_checkpoint_deadline_misses",
+                              "Victims that reached their deadline without an ack", registry=r)
+        self.lost = Counter("slurmpolicy_preemption_lost_gpu_hours",
+                            "GPU-hours of work lost by requeued victims (since their last "
+                            "checkpoint)", registry=r)
+        self.requeues = Counter("slurmpolicy_requeues", "Victims requeued", registry=r)
+        self.gauges: dict[str, Gauge] = {}
+        self.last_figures: list[Figure] = []
+        self.server: Any = None
+
+    def serve(self, bind: str, port: int) -> None:
+        result = start_http_server(port, addr=bind, registry=self.registry)
+        # prometheus-client >= 0.18 returns (server, thread); older returns None.
+        self.server = result[0] if isinstance(result, tuple) else result
+        log.info("metrics on http://%s:%d/metrics", bind, port)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server = None
+
+    def _gauge(self, name: str, labels: Iterable[str]) -> Gauge:
+        gauge = self.gauges.get(name)
+        if gauge is None:
+            gauge = self.gauges[name] = Gauge(name, name.replace("_", " "), list(labels),
+                                              registry=self.registry)
+        return gauge
+
+    def observe_cycle(self, *, result: str, seconds: float, report: Any | None,
+                      in_flight: int, figures: list[Figure]) -> list[Figure]:
+        """Update the endpoint; return every figure of this cycle, for the history."""
+        self.cycles.labels(result=result).inc()
+        self.cycle_seconds.set(seconds)
+        out: list[Figure] = [("slurmpolicy_cycle_seconds", {}, seconds),
+                             ("slurmpolicy_preemptions_in_flight", {}, float(in_flight))]
+        self.in_flight.set(in_flight)
+        if report is not None:
+            self.slurm_calls.inc(report.calls)
+            self.deferred.inc(report.deferred)
+            self.acks.inc(report.acks)
+            self.misses.inc(report.deadline_misses)
+            self.lost.inc(report.lost_gpu_seconds / 3600.0)
+            self.requeues.inc(len(report.requeued))
+            for (kind, outcome), count in report.outcomes.items():
+                self.actions.labels(kind=kind, outcome=outcome).inc(count)
+                out.append(("slurmpolicy_actions", {"kind": kind, "outcome": outcome},
+                            float(count)))
+            out += [("slurmpolicy_slurm_calls", {}, float(report.calls)),
+                    ("slurmpolicy_checkpoint_acks", {}, float(report.acks)),
+                    ("slurmpolicy_checkpoint_deadline_misses", {},
+                     float(report.deadline_misses)),
+                    ("slurmpolicy_preemption_lost_gpu_hours", {},
+                     report.lost_gpu_seconds / 3600.0),
+                    ("slurmpolicy_requeues", {}, float(len(report.requeued)))]
+        for name, labels, value in figures:
+            self._gauge(name, sorted(labels)).labels(**labels).set(value) if labels else \
+                self._gauge(name, ()).set(value)
+        out += figures
+        self.last_figures = out
+        return out

@@ -1,0 +1,37 @@
+"""``slurmpolicy ckpt``: the job side of the checkpoint handshake, for shell jobs.
+
+Thin on purpose: it runs inside training jobs, so it imports only
+:mod:`slurmpolicy.job` (standard library).
+"""
+
+from __future__ import annotations
+
+import click
+
+from slurmpolicy import job as spjob
+from slurmpolicy.errors import SlurmError
+
+
+@click.group()
+def ckpt() -> None:
+    """Tell slurmpolicy, from inside a job, that a checkpoint is written."""
+
+
+@ckpt.command("ack")
+@click.option("--job", "job_id", type=int, default=None,
+              help="Job id (default: $SLURM_JOB_ID).")
+@click.option("--restart-count", type=int, default=None,
+              help="Restart count to record (default: $SLURM_RESTART_COUNT).")
+def ack(job_id: int | None, restart_count: int | None) -> None:
+    """Acknowledge a checkpoint: write ckpt:<now> into this job's comment.
+
+    Run it in the job's checkpoint-signal trap, after the checkpoint is on
+    disk; the daemon then requeues the job. Use it after periodic
+    checkpoints too, so that a preemption knows how little work it loses.
+    """
+    rc = spjob.restart_count_from_env() if restart_count is None else restart_count
+    try:
+        stamp = spjob.acknowledge(job_id, restart_count=rc)
+    except spjob.HandshakeError as exc:
+        raise SlurmError(f"checkpoint not acknowledged: {exc}") from exc
+    click.echo(f"ckpt:{stamp}")

@@ -1,0 +1,202 @@
+"""``slurmpolicy daemon run``, ``slurmpolicy log`` and ``slurmpolicy report``.
+
+Thin commands over :mod:`slurmpolicy.daemon.loop` and the journal
+(:mod:`slurmpolicy.store`); the journal is opened read-only by log and report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from slurmpolicy import settings as settings_mod
+from slurmpolicy.durations import parse_duration
+
+
+def _settings(ctx: click.Context) -> tuple[settings_mod.Settings, str | None]:
+    path = ctx.obj.get("config_path") if ctx.obj else None
+    return settings_mod.load(path), path
+
+
+def _journal(ctx: click.Context, state_dir: str | None) -> Any:
+    from slurmpolicy.store import Journal
+
+    if state_dir is None:
+        state_dir = _settings(ctx)[0].daemon.state_dir
+    return Journal(state_dir, read_only=True)
+
+
+def parse_when(text: str | None, now: float | None = None) -> float | None:
+    """An epoch from ``2026-12-02T15:00``, ``2026-12-02``, an epoch, or an age (``2h``)."""
+    if text is None:
+        return None
+    now = time.time() if now is None else now
+    value = text.strip()
+    try:
+        return float(value) if value.replace(".", "", 1).isdigit() and len(value) >= 9 else (
+            now - parse_duration(value))
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: use an ISO time (2026-12-02T15:00, UTC unless it says), an epoch, "
+            "or an age such as 30m, 2h, 1d") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _fmt(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group()
+def daemon() -> None:
+    """Run the policy daemon (what systemd starts)."""
+
+
+@daemon.command("run")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (status 1 if it failed).")
+@click.option("--dry-run", is_flag=True,
+              help="Plan and record in the audit, but change nothing in Slurm.")
+@click.option("--state-dir", default=None, help="Override daemon.state_dir.")
+@click.option("--no-metrics", is_flag=True, help="Do not serve the Prometheus endpoint.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every action.")
+@click.pass_context
+def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
+        no_metrics: bool, verbose: bool) -> int:
+    """Read, plan and act every daemon.interval seconds until SIGTERM."""
+    import msgspec
+
+    from slurmpolicy.daemon.loop import Daemon
+
+    loaded, path = _settings(ctx)
+    if state_dir is not None:
+        loaded = msgspec.structs.replace(
+            loaded, daemon=msgspec.structs.replace(loaded.daemon, state_dir=state_dir))
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO if verbose or not once else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(message)s")
+    runner = Daemon(loaded, settings_path=path, dry_run=dry_run,
+                    serve_metrics=not no_metrics)
+    return runner.run(once=once)
+
+
+@click.command("log")
+@click.option("--job", "job_id", type=int, default=None, help="Only actions concerning job N.")
+@click.option("--since", default=None, help="From: ISO time, epoch, or age (30m, 2h, 1d).")
+@click.option("--until", default=None, help="Until: ISO time, epoch, or age.")
+@click.option("--limit", type=int, default=None, help="Only the last N records.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--state-dir", default=None, help="Journal directory (default daemon.state_dir).")
+@click.pass_context
+def log(ctx: click.Context, job_id: int | None, since: str | None, until: str | None,
+        limit: int | None, as_json: bool, state_dir: str | None) -> None:
+    """The audit: every action the daemon took or planned, with its reason."""
+    journal = _journal(ctx, state_dir)
+    records = journal.read_audit(job_id=job_id, since=parse_when(since),
+                                 until=parse_when(until), limit=limit)
+    if as_json:
+        for r in records:
+            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+        return
+    if not records:
+        click.echo("no actions recorded" + (f" for job {job_id}" if job_id else ""))
+        return
+    for r in records:
+        job = f"job {r.job_id}" if r.job_id is not None else "-"
+        dry = " [dry-run]" if r.dry_run else ""
+        click.echo(f"{_fmt(r.at)}  {r.kind:<18} {job:<10} {r.outcome}{dry}\n"
+                   f"{'':21}{r.reason}")
+
+
+def summarize(journal: Any, since: float | None, until: float | None) -> dict[str, Any]:
+    """Figures of a period from the audit and the metrics history."""
+    records = journal.read_audit(since=since, until=until)
+    kinds: Counter[str] = Counter()
+    outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in records:
+        if r.dry_run:
+            continue
+        kinds[r.kind] += 1
+        outcomes[r.kind][r.outcome.split(":", 1)[0]] += 1
+
+    def total(name: str) -> float:
+        return sum(v for _, _, v in journal.metric_history(name, since=since, until=until))
+
+    cycles = journal.metric_history("slurmpolicy_cycle_seconds", since=since, until=until)
+    gpu_rows = journal.metric_history("slurmpolicy_gpus", since=since, until=until)
+    alloc = [v for _, labels, v in gpu_rows if labels.get("state") == "allocated"]
+    idle = [v for _, labels, v in gpu_rows if labels.get("state") == "idle"]
+    waits: dict[str, list[float]] = defaultdict(list)
+    for _, labels, v in journal.metric_history("slurmpolicy_wait_seconds", since=since,
+                                               until=until):
+        if labels.get("stat") == "mean":
+            waits[labels.get("class", "?")].append(v)
+    preemptions = [p for p in journal.preemptions()
+                   if (since is None or p["started_at"] >= since)
+                   and (until is None or p["started_at"] < until)]
+    return {
+        "since": since, "until": until,
+        "cycles": len(cycles),
+        "mean_cycle_seconds": sum(v for _, _, v in cycles) / len(cycles) if cycles else 0.0,
+        "slurm_calls": total("slurmpolicy_slurm_calls"),
+        "actions": dict(kinds),
+        "outcomes": {k: dict(v) for k, v in outcomes.items()},
+        "preemptions": len(preemptions),
+        "preemptions_by_state": dict(Counter(p["state"] for p in preemptions)),
+        "requeues": total("slurmpolicy_requeues"),
+        "checkpoint_acks": total("slurmpolicy_checkpoint_acks"),
+        "checkpoint_deadline_misses": total("slurmpolicy_checkpoint_deadline_misses"),
+        "lost_gpu_hours": total("slurmpolicy_preemption_lost_gpu_hours"),
+        "mean_gpus_allocated": sum(alloc) / len(alloc) if alloc else 0.0,
+        "mean_gpus_idle": sum(idle) / len(idle) if idle else 0.0,
+        "mean_wait_seconds_by_class": {k: sum(v) / len(v) for k, v in sorted(waits.items())},
+    }
+
+
+@click.command("report")
+@click.option("--since", default=None, help="From: ISO time, epoch, or age (default 1d).")
+@click.option("--until", default=None, help="Until: ISO time, epoch, or age (default now).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--state-dir", default=None, help="Journal directory (default daemon.state_dir).")
+@click.pass_context
+def report(ctx: click.Context, since: str | None, until: str | None, as_json: bool,
+           state_dir: str | None) -> None:
+    """Summarize a period: actions, preemptions, acks, lost GPU-hours, waits."""
+    journal = _journal(ctx, state_dir)
+    start = parse_when(since or "1d")
+    end = parse_when(until)
+    data = summarize(journal, start, end)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    period = f"{_fmt(start) if start else 'beginning'} .. {_fmt(end) if end else 'now'} UTC"
+    click.echo(f"slurmpolicy report, {period}")
+    click.echo(f"  cycles               {data['cycles']} (mean {data['mean_cycle_seconds']:.2f}s)")
+    click.echo(f"  Slurm calls          {data['slurm_calls']:.0f}")
+    for kind, count in sorted(data["actions"].items()):
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(data["outcomes"][kind].items()))
+        click.echo(f"  {kind:<20} {count} ({detail})")
+    states = ", ".join(f"{k} {v}" for k, v in sorted(data["preemptions_by_state"].items()))
+    click.echo(f"  preemptions          {data['preemptions']}" + (f" ({states})" if states else ""))
+    click.echo(f"  requeues             {data['requeues']:.0f}")
+    click.echo(f"  checkpoint acks      {data['checkpoint_acks']:.0f}, deadline misses "
+               f"{data['checkpoint_deadline_misses']:.0f}")
+    click.echo(f"  GPU-hours lost       {data['lost_gpu_hours']:.2f}")
+    click.echo(f"  GPUs allocated/idle  {data['mean_gpus_allocated']:.1f} / "
+               f"{data['mean_gpus_idle']:.1f} (mean)")
+    for name, value in data["mean_wait_seconds_by_class"].items():
+        click.echo(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean")
+
+
+__all__ = ["daemon", "log", "report"]

@@ -1,0 +1,143 @@
+"""``slurmpolicy directives`` (check a batch script, list the directives) and
+``slurmpolicy plugin`` (render job_submit.lua). Thin: the work is in
+:mod:`slurmpolicy.directives` and :mod:`slurmpolicy.plugin`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slurmpolicy import settings as settings_mod
+from slurmpolicy.directives import (
+    Context,
+    DirectiveErrors,
+    check_script,
+    sbatch_options,
+    schema,
+)
+from slurmpolicy.errors import ConfigError
+
+
+def _settings(ctx: click.Context, path: str | None = None) -> settings_mod.Settings:
+    chosen = path or (ctx.obj or {}).get("config_path")
+    return settings_mod.load(chosen)
+
+
+@click.group()
+def directives() -> None:
+    """The #SPOLICY directives of batch scripts."""
+
+
+@directives.command("check")
+@click.argument("script", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--account", "-A", help="Account the job is submitted under "
+              "(default: the script's #SBATCH --account, then $SBATCH_ACCOUNT).")
+@click.option("--partition", "-p", help="Partition(s) the job is submitted to "
+              "(default: the script's #SBATCH --partition, then $SBATCH_PARTITION).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable verdict.")
+@click.pass_context
+def check(ctx: click.Context, script: str, account: str | None, partition: str | None,
+          as_json: bool) -> None:
+    """Validate SCRIPT's #SPOLICY lines as job_submit.lua will ('-': stdin).
+
+    Prints the admin_comment the job would carry, or every bad line with what
+    is allowed; exits 2 on errors.
+    """
+    loaded = _settings(ctx)
+    try:
+        data = sys.stdin.buffer.read() if script == "-" else Path(script).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"{script}: cannot read: {exc.strerror}") from exc
+    from_script = sbatch_options(data)
+    account = account or from_script.get("account") or os.environ.get("SBATCH_ACCOUNT")
+    partition = partition or from_script.get("partition") or os.environ.get("SBATCH_PARTITION")
+    result = check_script(data, loaded, Context(
+        account=account, partition=partition,
+        check_account=account is not None, check_partition=partition is not None))
+    if as_json:
+        click.echo(json.dumps({"script": script, **result.to_dict()}, indent=2))
+        if not result.ok:
+            ctx.exit(DirectiveErrors.exit_code)
+        return
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if not result.ok:
+        # One line per problem, compiler style, in the plugin's own words.
+        for problem in result.problems:
+            click.echo(f"{script}: {problem.message}", err=True)
+        ctx.exit(DirectiveErrors.exit_code)
+    if result.admin_comment is None:
+        click.echo(f"{script}: no #SPOLICY directives; the job gets the defaults "
+                   f"(class {loaded.default_class})")
+        return
+    click.echo(f"{script}: ok")
+    click.echo(f"admin_comment: {result.admin_comment}")
+    policy = result.policy
+    if policy.can_checkpoint and policy.checkpoint is not None:
+        click.echo(f"note: job_submit.lua also sets requeue=1; to be warned before the time "
+                   f"limit as well, add '#SBATCH --signal=B:{policy.checkpoint.signal}@"
+                   f"{max(60, int(policy.checkpoint.grace))}'", err=True)
+
+
+@directives.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable schema.")
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Every directive: allowed values, default and an example."""
+    items = schema(_settings(ctx))
+    if as_json:
+        click.echo(json.dumps([d.to_dict() for d in items], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="#SPOLICY directives", show_lines=True)
+    for column in ("directive", "allowed", "default", "example"):
+        table.add_column(column, overflow="fold")
+    for d in items:
+        table.add_row(f"--{d.name}\n[dim]{d.help}[/dim]", d.allowed, d.default,
+                      f"#SPOLICY {d.example}")
+    Console().print(table)
+
+
+@click.group()
+def plugin() -> None:
+    """The job_submit Lua plugin."""
+
+
+@plugin.command("render")
+@click.option("--settings", "settings_path", type=click.Path(dir_okay=False),
+              help="Settings file to render with (default: the global --config).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              show_default=True, help="Where to write job_submit.lua ('-': stdout).")
+@click.pass_context
+def render_cmd(ctx: click.Context, settings_path: str | None, output: str) -> None:
+    """Write job_submit.lua generated from the directive schema and the settings.
+
+    Install it beside slurm.conf with JobSubmitPlugins=lua; slurmctld reloads
+    it on the next submission when the file changes.
+    """
+    from slurmpolicy.plugin import render
+
+    text = render(_settings(ctx, settings_path))
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    target = Path(output)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        # Write then rename: slurmctld must never read a half-written script.
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(target)
+    except OSError as exc:
+        raise ConfigError(f"{output}: cannot write: {exc.strerror}") from exc
+    click.echo(f"wrote {output}", err=True)
+
+
+render_cmd.name = "render"
+list_.name = "list"

@@ -1,0 +1,194 @@
+"""The job's side of the checkpoint handshake, for Python training scripts.
+
+Owns how a job tells slurmpolicy "my checkpoint is written": it updates its
+*own* Slurm record, the job ``comment``, which only its owner and admins may
+change, with a token ``ckpt:<epoch seconds>`` (read back by
+:func:`slurmpolicy.jobpolicy.last_checkpoint`). Other text in the comment is
+kept; older ``ckpt:`` tokens are replaced. No network port, no daemon address.
+
+Standard library only, and imported by ``slurmpolicy ckpt ack`` too, so that
+it costs a training job nothing::
+
+    import slurmpolicy.job as spjob
+
+    def save():
+        torch.save(state, "ckpt.pt")
+
+    spjob.install(save)          # on the checkpoint signal: save(), then ack
+    ...
+    save(); spjob.checkpointed() # after a periodic checkpoint (optional)
+
+After acknowledging, the job keeps running: slurmpolicy requeues it (Slurm
+stops it and later starts it again with ``SLURM_RESTART_COUNT`` set), and the
+script resumes from its checkpoint. A job that exits instead is simply done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal as signal_mod
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+ACK_PREFIX = "ckpt:"
+#: Signal slurmpolicy sends when the job's directives do not name one.
+DEFAULT_SIGNAL = "USR1"
+_TIMEOUT = 30.0
+
+
+class HandshakeError(RuntimeError):
+    """The acknowledgement could not be written (no job id, scontrol refused...)."""
+
+
+def job_id_from_env(environ: dict[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    text = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    if not text.isdigit():
+        raise HandshakeError("no job id: $SLURM_JOB_ID is not set (pass --job N outside a job)")
+    return int(text)
+
+
+def restart_count_from_env(environ: dict[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    text = env.get("SLURM_RESTART_COUNT", "0")
+    return int(text) if text.isdigit() else 0
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise HandshakeError(f"{name} not found on $PATH; the acknowledgement needs Slurm's tools")
+    return found
+
+
+def _run(args: list[str]) -> str:
+    try:
+        out = subprocess.run(args, capture_output=True, timeout=_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise HandshakeError(f"{args[0]} did not answer in {_TIMEOUT:.0f}s") from exc
+    if out.returncode != 0:
+        message = out.stderr.decode(errors="replace").strip() or f"exit status {out.returncode}"
+        raise HandshakeError(f"{' '.join(args[:3])}: {message}")
+    return out.stdout.decode(errors="replace")
+
+
+def read_comment(job_id: int) -> str:
+    """The job's current comment (squeue's %k prints it whole)."""
+    text = _run([_tool("squeue"), "--noheader", "--jobs", str(job_id), "--format", "%k"])
+    comment = text.rstrip("\n")
+    # squeue shows "(null)" for an unset comment.
+    return "" if comment.strip() in ("(null)", "") else comment.strip()
+
+
+def merge_ack(comment: str, stamp: int, restart_count: int | None = None) -> str:
+    """``comment`` with its ckpt: tokens replaced by one for ``stamp``."""
+    kept = [t for t in comment.split() if not t.startswith(ACK_PREFIX)]
+    token = f"{ACK_PREFIX}{stamp}" + (f":{restart_count}" if restart_count is not None else "")
+    return " ".join([*kept, token])
+
+
+def acknowledge(job_id: int | None = None, *, restart_count: int | None = None,
+                stamp: float | None = None) -> int:
+    """Write ``ckpt:<now>`` into the job's comment; returns the stamp written.
+
+    Call it after the checkpoint is safely on disk: the daemon may requeue the
+    job as soon as it sees the acknowledgement.
+    """
+    jid = job_id_from_env() if job_id is None else job_id
+    when = int(time.time() if stamp is None else stamp)
+    comment = merge_ack(read_comment(jid), when, restart_count)
+    _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
+    return when
+
+
+#: A periodic checkpoint is reported the same way; the daemon uses it to
+#: estimate the work a preemption would lose.
+checkpointed = acknowledge
+
+
+def _signal_number(name: str | int) -> int:
+    if isinstance(name, int):
+        return name
+    text = name.upper()
+    if text.isdigit():
+        return int(text)
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(getattr(signal_mod, text))
+    except AttributeError as exc:
+        raise ValueError(f"unknown signal {name!r}; use a name like USR1, USR2, TERM") from exc
+
+
+def install(save: Callable[[], Any], signal: str | int | None = None, *,
+            job_id: int | None = None, on_error: Callable[[BaseException], Any] | None = None,
+            in_thread: bool = True) -> Callable[[], None]:
+    """On the checkpoint signal: ``save()``, then acknowledge.
+
+    ``signal`` defaults to $SPOLICY_CKPT_SIGNAL or USR1. The save runs in a
+    thread by default so that the handler returns at once (a training step
+    in progress is not interrupted mid-way by Python). Returns a function
+    that uninstalls the handler.
+    """
+    signum = _signal_number(signal or os.environ.get("SPOLICY_CKPT_SIGNAL", DEFAULT_SIGNAL))
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            save()
+            acknowledge(job_id, restart_count=restart_count_from_env())
+        except BaseException as exc:
+            if on_error is not None:
+                on_error(exc)
+            else:
+                print(f"slurmpolicy.job: checkpoint not acknowledged: {exc}", file=sys.stderr)
+        finally:
+            done.set()
+
+    def handler(num: int, frame: Any) -> None:
+        if in_thread:
+            threading.Thread(target=work, name="slurmpolicy-ckpt", daemon=False).start()
+        else:
+            work()
+
+    previous = signal_mod.signal(signum, handler)
+
+    def uninstall() -> None:
+        signal_mod.signal(signum, previous)
+
+    return uninstall
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m slurmpolicy.job ack [--job N] [--restart-count R]``.
+
+    The same acknowledgement as ``slurmpolicy ckpt ack``, for compute nodes
+    where only the standard library is installed.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m slurmpolicy.job",
+                                     description="Acknowledge a checkpoint to slurmpolicy.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ack = sub.add_parser("ack", help="write ckpt:<now> into this job's comment")
+    ack.add_argument("--job", type=int, default=None, help="job id (default $SLURM_JOB_ID)")
+    ack.add_argument("--restart-count", type=int, default=None,
+                     help="restart count to record (default $SLURM_RESTART_COUNT)")
+    args = parser.parse_args(argv)
+    rc = restart_count_from_env() if args.restart_count is None else args.restart_count
+    try:
+        stamp = acknowledge(args.job, restart_count=rc)
+    except HandshakeError as exc:
+        print(f"slurmpolicy: error: checkpoint not acknowledged: {exc}", file=sys.stderr)
+        return 3
+    print(f"{ACK_PREFIX}{stamp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The pyslurm adapter: Slurm's C API through pyslurm (>= 25.11), no JSON at all.
+
+This module owns the translation between pyslurm's objects and our model,
+and between pyslurm's ``RPCError`` and our typed errors. It is chosen by
+``connect("auto")`` only when :func:`unavailable_reason` returns None: pyslurm
+imports and its major.minor equals that of the Slurm that answers (pyslurm is
+built against one Slurm release; a mismatch fails in the RPC layer).
+
+What pyslurm 25.11.2 does differently, and how this adapter copes (see
+../shared/fixtures/README.md and pyslurm's own sources):
+
+- ``Node.allocated_gres`` comes back empty: per-node GPU use is derived from
+  the running jobs' allocations (``parse.derive_gpu_use``).
+- ``Job.send_signal`` wants a number or ``"SIGUSR1"``; "USR1" is rejected, so
+  names are converted to ``signal.Signals`` first.
+- ``JobSubmitDescription(site_factor=0)`` is dropped (pyslurm tests the value
+  for truth), so a site factor of 0 goes through ``scontrol``.
+- ``Job.array_task_id`` reports task 0 as None: restored from the array id.
+- No job record carries the site factor: it comes from ``sprio``, as in the
+  JSON adapter.
+- ``Reservation.duration`` is in minutes; ``create()`` needs users or
+  accounts, a start and a duration.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+from slurmpolicy.errors import ReservationError, SlurmError
+from slurmpolicy.hostlist import HostlistError, compress, expand
+from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
+from slurmpolicy.slurm import parse
+from slurmpolicy.slurm.client import ReservationSpec, SignalTarget
+from slurmpolicy.slurm.jsoncli import JsonCliClient, classify, parse_signal
+
+# Slurm's reservation flag names (scontrol) <-> pyslurm's ReservationFlags.
+_RESV_FLAG_TO_PYSLURM = {
+    "MAINT": "MAINTENANCE", "IGNORE_JOBS": "IGNORE_RUNNING_JOBS",
+    "SPEC_NODES": "SPECIFIC_NODES", "PURGE_COMP": "PURGE", "PART_NODES": "PARTITION_NODES_ONLY",
+    "STATIC": "STATIC_NODES", "USER_DELETE": "USER_DELETION",
+    "NO_HOLD_JOBS_AFTER": "NO_JOB_HOLD_AFTER_END",
+}
+_RESV_FLAG_FROM_PYSLURM = {v: k for k, v in _RESV_FLAG_TO_PYSLURM.items()}
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    m = re.search(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def unavailable_reason(bin_dir: str | None = None,
+                       env: Mapping[str, str] | None = None) -> str | None:
+    """None when the pyslurm adapter can be used here; otherwise why not, in words."""
+    try:
+        import pyslurm
+    except Exception as exc:  # ImportError, or slurm_init() failing at import
+        return (f"pyslurm does not import ({type(exc).__name__}: {exc}); install the "
+                "'pyslurm' extra built against this Slurm (pip install 'slurmpolicy[pyslurm]')")
+    built_for = _major_minor(getattr(pyslurm, "__version__", ""))
+    try:
+        answering = JsonCliClient(bin_dir=bin_dir, env=env, timeout=10).version()
+    except SlurmError as exc:
+        return f"cannot tell which Slurm answers: {exc}"
+    if built_for != answering:
+        return (f"pyslurm {getattr(pyslurm, '__version__', '?')} is for Slurm "
+                f"{built_for[0] if built_for else '?'}.{built_for[1] if built_for else '?'}, "
+                f"but Slurm {answering[0]}.{answering[1]:02d} answers")
+    return None
+
+
+@contextmanager
+def _rpc(what: str, error: type[SlurmError] = SlurmError) -> Iterator[None]:
+    """pyslurm's RPCError -> our typed error, keeping Slurm's message."""
+    import pyslurm
+
+    try:
+        yield
+    except pyslurm.RPCError as exc:
+        message = str(getattr(exc, "msg", "") or exc)
+        raise classify(message, what, error) from exc
+
+
+def _gres_text(gres: Any) -> str:
+    """pyslurm's GRES dict ({"gpu:h100": 8} or {"gpu": {"count": 2, ...}}) -> text."""
+    if not gres:
+        return ""
+    if isinstance(gres, str):
+        return gres
+    parts = []
+    for key, value in dict(gres).items():
+        count = value.get("count", 1) if isinstance(value, dict) else value
+        parts.append(f"{key}:{count}")
+    return ",".join(parts)
+
+
+def _time(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _minutes(value: Any) -> float | None:
+    return float(value) * 60.0 if isinstance(value, int | float) else None
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, int | float) else default
+
+
+class PySlurmClient:
+    """The :class:`~slurmpolicy.slurm.client.SlurmClient` over pyslurm."""
+
+    name = "pyslurm"
+
+    def __init__(self, bin_dir: str | None = None, timeout: float = 30,
+                 env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        # pyslurm reads SLURM_CONF once, when it is imported; the CLI side
+        # (sprio, scontrol for what pyslurm cannot do) gets env explicitly.
+        self.cli = JsonCliClient(bin_dir=bin_dir, timeout=timeout, env=env, clock=clock)
+        self.clock = clock
+
+    # ---------------------------------------------------------------- reads
+
+    def snapshot(self) -> Snapshot:
+        import pyslurm
+
+        sites = self.cli.site_factors()
+        taken_at = self.clock()
+        with _rpc("pyslurm.Jobs.load"):
+            pjobs = pyslurm.Jobs.load(preload_passwd_info=True)
+        with _rpc("pyslurm.Nodes.load"):
+            pnodes = pyslurm.Nodes.load()
+        with _rpc("pyslurm.Partitions.load"):
+            pparts = pyslurm.Partitions.load()
+        with _rpc("pyslurm.Reservations.load"):
+            presvs = pyslurm.Reservations.load()
+        jobs = [self._job(j, sites, taken_at) for j in pjobs.values()]
+        nodes = [self._node(n) for n in pnodes.values()]
+        partitions = [self._partition(p) for p in pparts.values()]
+        reservations = [self._reservation(r) for r in presvs.values()]
+        cluster = next((j.cluster for j in pjobs.values() if getattr(j, "cluster", "")), "")
+        if not cluster:
+            cluster = str(getattr(getattr(pyslurm, "settings", None), "LOCAL_CLUSTER", "") or "")
+        major, minor = self.cli.version()
+        return parse.assemble(taken_at=taken_at, slurm_version=f"{major}.{minor:02d}",
+                              cluster_name=cluster, jobs=jobs, nodes=nodes,
+                              partitions=partitions, reservations=reservations)
+
+    @staticmethod
+    def _job(j: Any, sites: Mapping[int, int], now: float) -> Job:
+        job_id = int(j.id)
+        try:
+            state, flags = parse.job_state(j.state or "")
+        except ValueError as exc:
+            raise SlurmError(f"job {job_id}: field `state`: {exc}") from exc
+        per_node_text = _gres_text(j.gres_per_node)
+        per_node = parse.gpu_count(per_node_text)
+        gpu_type = parse.gpu_type_of(per_node_text)
+        node_count = _int(j.num_nodes, 1) or 1
+        try:
+            hosts = tuple(expand(j.allocated_nodes or ""))
+        except HostlistError as exc:
+            raise SlurmError(f"job {job_id}: field `allocated_nodes`: {exc}") from exc
+        running = state.value in ("RUNNING", "SUSPENDED") or "COMPLETING" in flags
+        on_node: Mapping[str, int] = EMPTY_GRES
+        if hosts and per_node and running:
+            on_node = MappingProxyType(dict.fromkeys(hosts, per_node))
+        array_id = j.array_id if isinstance(j.array_id, int) and j.array_id else None
+        task = j.array_task_id if isinstance(j.array_task_id, int) else None
+        if array_id is not None and task is None and not j.array_tasks_waiting:
+            task = 0  # pyslurm turns task 0 into None (zero is "no value" there)
+        het = j.heterogeneous_id if isinstance(j.heterogeneous_id, int) and \
+            j.heterogeneous_id else None
+        mem = j.memory_per_node
+        if not isinstance(mem, int):
+            per_cpu = j.memory_per_cpu
+            mem = per_cpu * max(1, _int(j.cpus, 1) // node_count) if isinstance(per_cpu, int) \
+                else 0
+        eligible = _time(j.eligible_time)
+        begin = eligible if state.value == "PENDING" and eligible and eligible > now else None
+        return Job(
+            job_id=job_id, name=j.name or "", user=j.user_name or str(j.user_id),
+            account=j.account or "", partition=j.partition or "", state=state,
+            reason=j.state_reason or "None", state_flags=flags,
+            array_job_id=array_id, array_task_id=task if array_id is not None else None,
+            het_job_id=het, het_job_offset=_int(j.heterogeneous_offset) if het else None,
+            user_id=j.user_id, qos=j.qos or "", priority=_int(j.priority),
+            site_factor=sites.get(job_id, 0), node_count=node_count,
+            gpus_per_node=per_node, gpus=per_node * node_count, gpu_type=gpu_type,
+            cpus=_int(j.cpus, 1), memory_mb=int(mem), time_limit=_minutes(j.time_limit),
+            submit_time=_time(j.submit_time), eligible_time=eligible,
+            start_time=_time(j.start_time), end_time=_time(j.end_time),
+            restart_count=_int(j.requeue_count), requeue=bool(j.is_requeueable),
+            features=",".join(j.constraints or ()), reservation=j.reservation or "",
+            nodes=hosts if running else (),
+            gpus_on_node=on_node,
+            dependency=_dependency_text(j.dependencies),
+            comment=j.comment or "", admin_comment=j.admin_comment or "",
+            begin_time=begin,
+        )
+
+    @staticmethod
+    def _node(n: Any) -> Node:
+        state, flags = parse.node_state(n.state or "UNKNOWN")
+        alloc = parse.gpus_by_type(_gres_text(n.allocated_gres))
+        return Node(
+            name=n.name, state=state, flags=flags, reason=n.reason or "",
+            cpus=_int(n.total_cpus), cpus_alloc=_int(n.allocated_cpus),
+            memory_mb=_int(n.real_memory), memory_alloc_mb=_int(n.allocated_memory),
+            gpus_by_type=parse.gpus_by_type(_gres_text(n.configured_gres)),
+            # Empty in pyslurm 25.11.2 even with GPUs in use: let assemble() derive it.
+            gpus_alloc_by_type=alloc if alloc else parse._UNKNOWN_ALLOC,
+            features=tuple(n.available_features or ()),
+            partitions=tuple(n.partitions or ()),
+        )
+
+    @staticmethod
+    def _partition(p: Any) -> Partition:
+        return Partition(
+            name=p.name, nodes=tuple(expand(p.nodes or "")),
+            priority_tier=_int(p.priority_tier, 1),
+            preempt_mode=str(p.preempt_mode or "OFF").upper(),
+            default=bool(p.is_default), state=str(p.state or "UP").upper(),
+            max_time=_minutes(p.max_time), default_time=_minutes(p.default_time),
+            grace_time=float(_int(p.preemption_grace_time)),
+        )
+
+    @staticmethod
+    def _reservation(r: Any) -> Reservation:
+        flags = frozenset(_RESV_FLAG_FROM_PYSLURM.get(f.name, f.name)
+                          for f in type(r.flags) if f in r.flags and f.name)
+        return Reservation(
+            name=r.name, nodes=tuple(expand(r.nodes or "")),
+            start_time=_time(r.start_time), end_time=_time(r.end_time), flags=flags,
+            users=tuple(r.users or ()), accounts=tuple(r.accounts or ()),
+            partition=r.partition or "", comment=r.comment or "",
+        )
+
+    # ---------------------------------------------------------------- writes
+
+    @staticmethod
+    def _modify(job_id: int, what: str, **changes: Any) -> None:
+        import pyslurm
+
+        with _rpc(f"pyslurm Job({job_id}).modify({what})"):
+            pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
+
+    def set_site_factor(self, job_id: int, site_factor: int) -> None:
+        if int(site_factor) == 0:
+            # pyslurm drops a falsy site_factor; scontrol sets it.
+            self.cli.set_site_factor(job_id, 0)
+            return
+        self._modify(job_id, "site_factor", site_factor=int(site_factor))
+
+    def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
+        import pyslurm
+
+        if target not in ("batch", "all"):
+            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
+        number = _signal.Signals["SIG" + parse_signal(signal)]
+        with _rpc(f"pyslurm Job({job_id}).send_signal({number.name})"):
+            # A plain int: pyslurm's signal_to_num tests str(sig).isnumeric().
+            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=target)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        import pyslurm
+
+        with _rpc(f"pyslurm Job({job_id}).requeue(hold={hold})"):
+            pyslurm.Job(_check_id(job_id)).requeue(hold=hold)
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self._modify(job_id, "admin_comment", admin_comment=text)
+
+    def set_comment(self, job_id: int, text: str) -> None:
+        self._modify(job_id, "comment", comment=text)
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
+
+    @staticmethod
+    def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
+        import pyslurm
+
+        JsonCliClient._reservation_args(spec, create)  # same validation, same messages
+        fields: dict[str, Any] = {"start_time": int(spec.start_time),
+                                  "duration": int(spec.duration_minutes)}
+        if spec.nodes:
+            fields["nodes"] = compress(spec.nodes)
+        if spec.users:
+            fields["users"] = list(spec.users)
+        if spec.accounts:
+            fields["accounts"] = list(spec.accounts)
+        if spec.partition:
+            fields["partition"] = spec.partition
+        if spec.flags:
+            names = [_RESV_FLAG_TO_PYSLURM.get(f.upper(), f.upper()) for f in spec.flags]
+            unknown = [f for f in names if f not in pyslurm.ReservationFlags.__members__]
+            if unknown:
+                raise ValueError(f"reservation flags {unknown} unknown to pyslurm")
+            fields["flags"] = pyslurm.ReservationFlags.from_list(names)
+        return fields
+
+    def create_reservation(self, spec: ReservationSpec) -> None:
+        import pyslurm
+
+        fields = self._resv_fields(spec, create=True)
+        with _rpc(f"pyslurm Reservation({spec.name}).create", ReservationError):
+            pyslurm.Reservation(name=spec.name, **fields).create()
+
+    def update_reservation(self, spec: ReservationSpec) -> None:
+        import pyslurm
+
+        fields = self._resv_fields(spec, create=False)
+        fields.pop("flags", None)  # as with scontrol: flags are set at creation
+        with _rpc(f"pyslurm Reservation({spec.name}).modify", ReservationError):
+            pyslurm.Reservation(name=spec.name, **fields).modify()
+
+    def delete_reservation(self, name: str) -> None:
+        import pyslurm
+
+        with _rpc(f"pyslurm Reservation({name}).delete", ReservationError):
+            pyslurm.Reservation(name).delete()
+
+
+def _check_id(job_id: int) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise ValueError(f"invalid job id {job_id!r}; allowed: a positive integer")
+    return job_id
+
+
+def _dependency_text(deps: Any) -> str:
+    """pyslurm's parsed dependency dict back to Slurm's text (afterok:1,...)."""
+    if not deps:
+        return ""
+    if isinstance(deps, str):
+        return deps
+    deps = dict(deps)
+    parts = []
+    for kind, ids in deps.items():
+        if isinstance(ids, list | tuple) and ids:
+            parts.append(f"{kind}:{':'.join(str(i) for i in ids)}")
+        elif ids is True:
+            parts.append(str(kind))
+    # pyslurm's "satisfy": "any" stands for Slurm's "?" separator.
+    return ("?" if deps.get("satisfy") == "any" else ",").join(parts)
+

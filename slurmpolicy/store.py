@@ -1,0 +1,543 @@
+"""The daemon's journal: a crash-safe record of what slurmpolicy set out to do
+in Slurm and what came of it, in SQLite (sqlite-utils, WAL mode).
+
+Owns:
+
+- **side-effect intents** (table ``steps``): one row written *before* each
+  call that changes Slurm and completed *after* it with the outcome. A row
+  left ``started`` tells a restarted daemon that the call may or may not have
+  reached Slurm; the executor reconciles it against a fresh snapshot;
+- the **preemption state machine** (tables ``preemptions`` and ``victims``):
+  planned -> reserved -> signalled -> requeued -> done, or aborted with a
+  reason; each victim keyed by (job id, restart count): planned -> signalled
+  -> acknowledged | deadline -> requeued, or ended;
+- reservations slurmpolicy created, site factors it set, decayed GPU-second
+  usage per account (fair share), preemption times per job, missed acks;
+- the **audit** of every action with its reason, job, time and outcome;
+- a **metrics history** (one row per figure per cycle).
+
+:meth:`Journal.load_intents` turns it into the planner's
+:class:`~slurmpolicy.policy.actions.Intents`. The inspector opens it with
+``read_only=True``. The schema is versioned in table ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from slurmpolicy.errors import ConfigError
+from slurmpolicy.policy.actions import (
+    Intents,
+    PreemptionIntent,
+    PreemptionState,
+    ReservationIntent,
+    VictimIntent,
+    VictimState,
+)
+
+SCHEMA_VERSION = 1
+FILE_NAME = "journal.sqlite"
+
+#: Step statuses: written before the call, then one of the three outcomes.
+STARTED = "started"
+OK = "ok"  # Slurm did it
+REACHED = "reached"  # Slurm said the goal was already reached (already pending, gone, ...)
+FAILED = "failed"  # Slurm refused; the reason is in ``error``
+UNKNOWN = "unknown"  # the daemon died between intent and outcome; reconciled later
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: int
+    at: float
+    kind: str
+    job_id: int | None
+    reason: str
+    outcome: str
+    detail: Mapping[str, Any]
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "at": self.at, "kind": self.kind, "job_id": self.job_id,
+            "reason": self.reason, "outcome": self.outcome, "detail": dict(self.detail),
+            "dry_run": self.dry_run,
+        }
+
+
+def journal_path(state_dir: str | Path) -> Path:
+    return Path(state_dir) / FILE_NAME
+
+
+class Journal:
+    """The journal in ``path`` (a state directory, or the database file itself)."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False,
+                 clock: Any = time.time) -> None:
+        target = Path(path)
+        if target.is_dir() or (not target.suffix and not target.exists()):
+            target = target / FILE_NAME
+        self.path = target
+        self.read_only = read_only
+        self._clock = clock
+        if read_only:
+            if not target.exists():
+                raise ConfigError(f"{target}: no journal here (has the daemon run?)")
+            conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=10)
+        else:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"{target.parent}: cannot create the state directory: {exc.strerror}"
+                    " - at `$.daemon.state_dir`"
+                ) from exc
+            conn = sqlite3.connect(str(target), timeout=30, isolation_level=None)
+        self.db = sqlite_utils.Database(conn)
+        if not read_only:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a step row must be on disk before the Slurm call it announces.
+            self.db.execute("PRAGMA synchronous=FULL")
+            self._migrate()
+        else:
+            version = self.schema_version()
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"{target}: journal schema {version} is newer than this slurmpolicy"
+                    f" ({SCHEMA_VERSION}); upgrade slurmpolicy"
+                )
+
+    # ----------------------------------------------------------------- schema
+    def schema_version(self) -> int:
+        if "meta" not in self.db.table_names():
+            return 0
+        rows = list(self.db.query("select value from meta where key = 'schema_version'"))
+        return int(rows[0]["value"]) if rows else 0
+
+    def _migrate(self) -> None:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{self.path}: journal schema {version} is newer than this slurmpolicy"
+                f" ({SCHEMA_VERSION}); upgrade slurmpolicy"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        db = self.db
+        with self.transaction():
+            db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+            db.table("steps").create(
+                {"id": int, "key": str, "kind": str, "job_id": int, "restart_count": int,
+                 "preemption_id": str, "params": str, "status": str, "error": str,
+                 "started_at": float, "finished_at": float},
+                pk="id", if_not_exists=True,
+            )
+            db.table("steps").create_index(["key"], if_not_exists=True)
+            db.table("steps").create_index(["status"], if_not_exists=True)
+            db.table("preemptions").create(
+                {"preemption_id": str, "beneficiary": int, "nodes": str, "reservation": str,
+                 "state": str, "reason": str, "started_at": float, "updated_at": float,
+                 "expected_lost_gpu_seconds": float},
+                pk="preemption_id", if_not_exists=True,
+            )
+            db.table("victims").create(
+                {"preemption_id": str, "job_id": int, "restart_count": int, "state": str,
+                 "signal": str, "gpus": int, "signalled_at": float, "deadline": float,
+                 "acked_at": float, "requeued_at": float, "deadline_noted": int,
+                 "updated_at": float},
+                pk=("preemption_id", "job_id", "restart_count"), if_not_exists=True,
+            )
+            db.table("reservations").create(
+                {"name": str, "job_id": int, "nodes": str, "start_time": float,
+                 "duration": float, "state": str, "updated_at": float},
+                pk="name", if_not_exists=True,
+            )
+            db.table("site_factors").create(
+                {"job_id": int, "site_factor": int, "set_at": float}, pk="job_id",
+                if_not_exists=True,
+            )
+            db.table("begin_times").create(
+                {"job_id": int, "begin_time": float, "set_at": float}, pk="job_id",
+                if_not_exists=True,
+            )
+            db.table("usage").create({"account": str, "gpu_seconds": float, "as_of": float},
+                               pk="account", if_not_exists=True)
+            db.table("preemption_times").create({"job_id": int, "at": float}, if_not_exists=True)
+            db.table("preemption_times").create_index(["job_id"], if_not_exists=True)
+            db.table("missed_acks").create({"job_id": int, "count": int}, pk="job_id",
+                                     if_not_exists=True)
+            db.table("audit").create(
+                {"id": int, "at": float, "kind": str, "job_id": int, "jobs": str,
+                 "reason": str, "outcome": str, "detail": str, "dry_run": int},
+                pk="id", if_not_exists=True,
+            )
+            db.table("audit").create_index(["job_id"], if_not_exists=True)
+            db.table("audit").create_index(["at"], if_not_exists=True)
+            db.table("metrics").create(
+                {"at": float, "name": str, "labels": str, "value": float}, if_not_exists=True,
+            )
+            db.table("metrics").create_index(["name", "at"], if_not_exists=True)
+            db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                              pk="key")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT: all or nothing, on disk when it returns."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def now(self) -> float:
+        return float(self._clock())
+
+    # ------------------------------------------------------------ side effects
+    def begin_step(self, key: str, kind: str, *, job_id: int | None = None,
+                   restart_count: int | None = None, preemption_id: str | None = None,
+                   params: Mapping[str, Any] | None = None) -> int:
+        """Write the intent of one Slurm call; returns its id. Call BEFORE the call."""
+        table = self.db.table("steps")
+        table.insert({
+            "key": key, "kind": kind, "job_id": job_id, "restart_count": restart_count,
+            "preemption_id": preemption_id, "params": json.dumps(dict(params or {})),
+            "status": STARTED, "error": None, "started_at": self.now(), "finished_at": None,
+        })
+        return int(table.last_pk)  # type: ignore[arg-type]
+
+    def finish_step(self, step_id: int, status: str, error: str = "") -> None:
+        self.db.table("steps").update(step_id, {"status": status, "error": error or None,
+                                          "finished_at": self.now()})
+
+    def steps(self, *, key: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        where: list[str] = []
+        args: list[Any] = []
+        if key is not None:
+            where.append("key = ?")
+            args.append(key)
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        sql = "select * from steps" + (" where " + " and ".join(where) if where else "")
+        rows = [dict(r) for r in self.db.query(sql + " order by id", args)]
+        for row in rows:
+            row["params"] = json.loads(row["params"] or "{}")
+        return rows
+
+    def has_step(self, key: str, statuses: Iterable[str] = (STARTED, OK, REACHED, UNKNOWN)) -> bool:
+        """True when a call with this key was attempted (or may have been)."""
+        wanted = tuple(statuses)
+        marks = ",".join("?" * len(wanted))
+        rows = list(self.db.query(
+            f"select 1 from steps where key = ? and status in ({marks}) limit 1",
+            [key, *wanted],
+        ))
+        return bool(rows)
+
+    def unfinished_steps(self) -> list[dict[str, Any]]:
+        return self.steps(status=STARTED)
+
+    # ------------------------------------------------------------ preemptions
+    def open_preemption(self, preemption_id: str, beneficiary: int, nodes: Iterable[str],
+                        reservation: str, victims: Iterable[tuple[int, int, int]],
+                        reason: str, expected_lost_gpu_seconds: float = 0.0) -> None:
+        """Journal a new preemption in state planned; ``victims``: (job, restart, gpus)."""
+        now = self.now()
+        with self.transaction():
+            self.db.table("preemptions").insert({
+                "preemption_id": preemption_id, "beneficiary": beneficiary,
+                "nodes": json.dumps(list(nodes)), "reservation": reservation,
+                "state": PreemptionState.PLANNED.value, "reason": reason,
+                "started_at": now, "updated_at": now,
+                "expected_lost_gpu_seconds": expected_lost_gpu_seconds,
+            }, replace=False, ignore=True)
+            for job_id, restart_count, gpus in victims:
+                self.db.table("victims").insert({
+                    "preemption_id": preemption_id, "job_id": job_id,
+                    "restart_count": restart_count, "state": VictimState.PLANNED.value,
+                    "signal": None, "gpus": gpus, "signalled_at": None, "deadline": None,
+                    "acked_at": None, "requeued_at": None, "deadline_noted": 0,
+                    "updated_at": now,
+                }, ignore=True)
+
+    def preemption(self, preemption_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("select * from preemptions where preemption_id = ?",
+                                  [preemption_id]))
+        return dict(rows[0]) if rows else None
+
+    def set_preemption_state(self, preemption_id: str, state: PreemptionState,
+                             reason: str | None = None) -> None:
+        values: dict[str, Any] = {"state": state.value, "updated_at": self.now()}
+        if reason is not None:
+            values["reason"] = reason
+        self.db.table("preemptions").update(preemption_id, values)
+
+    def victim(self, preemption_id: str, job_id: int,
+               restart_count: int | None = None) -> dict[str, Any] | None:
+        sql = "select * from victims where preemption_id = ? and job_id = ?"
+        args: list[Any] = [preemption_id, job_id]
+        if restart_count is not None:
+            sql += " and restart_count = ?"
+            args.append(restart_count)
+        rows = list(self.db.query(sql + " order by restart_count desc limit 1", args))
+        return dict(rows[0]) if rows else None
+
+    def update_victim(self, preemption_id: str, job_id: int, restart_count: int,
+                      **values: Any) -> None:
+        if isinstance(values.get("state"), VictimState):
+            values["state"] = values["state"].value
+        values["updated_at"] = self.now()
+        self.db.table("victims").update((preemption_id, job_id, restart_count), values)
+
+    def open_victims(self) -> list[dict[str, Any]]:
+        """Victims of open preemptions whose story is not over."""
+        return [dict(r) for r in self.db.query(
+            "select v.* from victims v join preemptions p using (preemption_id)"
+            " where p.state not in ('done', 'aborted')"
+            " and v.state not in ('requeued', 'ended') order by v.preemption_id, v.job_id"
+        )]
+
+    def preemptions(self, *, open_only: bool = False) -> list[dict[str, Any]]:
+        sql = "select * from preemptions"
+        if open_only:
+            sql += " where state not in ('done', 'aborted')"
+        return [dict(r) for r in self.db.query(sql + " order by started_at")]
+
+    def victims_of(self, preemption_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.query(
+            "select * from victims where preemption_id = ? order by job_id", [preemption_id])]
+
+    # ----------------------------------------------------- other policy state
+    def record_reservation(self, name: str, job_id: int | None, nodes: Iterable[str],
+                           start_time: float, duration: float, state: str = "active") -> None:
+        self.db.table("reservations").upsert({
+            "name": name, "job_id": job_id, "nodes": json.dumps(list(nodes)),
+            "start_time": start_time, "duration": duration, "state": state,
+            "updated_at": self.now(),
+        }, pk="name")
+
+    def set_reservation_state(self, name: str, state: str) -> None:
+        if list(self.db.query("select 1 from reservations where name = ?", [name])):
+            self.db.table("reservations").update(name, {"state": state, "updated_at": self.now()})
+
+    def reservation_state(self, name: str) -> str | None:
+        rows = list(self.db.query("select state from reservations where name = ?", [name]))
+        return str(rows[0]["state"]) if rows else None
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        self.db.table("begin_times").upsert(
+            {"job_id": job_id, "begin_time": begin, "set_at": self.now()}, pk="job_id")
+
+    def reservations(self, state: str | None = "active") -> list[dict[str, Any]]:
+        sql = "select * from reservations"
+        args: list[Any] = []
+        if state is not None:
+            sql += " where state = ?"
+            args.append(state)
+        rows = [dict(r) for r in self.db.query(sql + " order by name", args)]
+        for row in rows:
+            row["nodes"] = tuple(json.loads(row["nodes"] or "[]"))
+        return rows
+
+    def set_site_factor(self, job_id: int, site_factor: int) -> None:
+        self.db.table("site_factors").upsert(
+            {"job_id": job_id, "site_factor": site_factor, "set_at": self.now()}, pk="job_id")
+
+    def forget_jobs(self, keep: Iterable[int]) -> None:
+        """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
+        alive = set(keep)
+        for table in ("site_factors", "begin_times"):
+            gone = [r["job_id"] for r in self.db.query(f"select job_id from {table}")
+                    if r["job_id"] not in alive]
+            for job_id in gone:
+                self.db.table(table).delete(job_id)
+
+    def add_usage(self, used: Mapping[str, float], now: float, half_life: float) -> None:
+        """Decay every account's usage to ``now`` and add ``used`` GPU-seconds."""
+        with self.transaction():
+            rows = {r["account"]: r for r in self.db.query("select * from usage")}
+            for account in set(rows) | set(used):
+                old = rows.get(account)
+                value = 0.0
+                if old is not None:
+                    age = max(0.0, now - float(old["as_of"]))
+                    value = float(old["gpu_seconds"]) * (
+                        math.pow(0.5, age / half_life) if half_life > 0 else 0.0)
+                value += float(used.get(account, 0.0))
+                self.db.table("usage").upsert(
+                    {"account": account, "gpu_seconds": value, "as_of": now}, pk="account")
+
+    def set_usage(self, usage: Mapping[str, float], at: float) -> None:
+        """Replace the usage table with ``usage`` as of ``at`` (one transaction)."""
+        with self.transaction():
+            self.db.execute("delete from usage")
+            self.db.table("usage").insert_all(
+                [{"account": k, "gpu_seconds": float(v), "as_of": at} for k, v in usage.items()])
+
+    def usage(self) -> tuple[dict[str, float], float | None]:
+        rows = list(self.db.query("select * from usage"))
+        if not rows:
+            return {}, None
+        return ({r["account"]: float(r["gpu_seconds"]) for r in rows},
+                max(float(r["as_of"]) for r in rows))
+
+    def record_preempted(self, job_id: int, at: float) -> None:
+        self.db.table("preemption_times").insert({"job_id": job_id, "at": at})
+
+    def add_missed_ack(self, job_id: int) -> None:
+        self.db.execute(
+            "insert into missed_acks (job_id, count) values (?, 1)"
+            " on conflict(job_id) do update set count = count + 1", [job_id])
+
+    def get_meta(self, key: str) -> str | None:
+        if "meta" not in self.db.table_names():
+            return None
+        rows = list(self.db.query("select value from meta where key = ?", [key]))
+        return str(rows[0]["value"]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.table("meta").upsert({"key": key, "value": value}, pk="key")
+
+    # ---------------------------------------------------------------- intents
+    def load_intents(self, *, preempted_window: float = 86400.0,
+                     now: float | None = None) -> Intents:
+        """What the daemon has started, for the planner."""
+        now = self.now() if now is None else now
+        preemptions = []
+        for p in self.db.query("select * from preemptions order by started_at"):
+            victims = tuple(
+                VictimIntent(
+                    job_id=int(v["job_id"]), restart_count=int(v["restart_count"]),
+                    state=VictimState(v["state"]), signal=v["signal"] or "USR1",
+                    signalled_at=v["signalled_at"], deadline=v["deadline"],
+                )
+                for v in self.db.query(
+                    "select * from victims where preemption_id = ? order by job_id",
+                    [p["preemption_id"]])
+            )
+            preemptions.append(PreemptionIntent(
+                preemption_id=p["preemption_id"], beneficiary=int(p["beneficiary"]),
+                nodes=tuple(json.loads(p["nodes"] or "[]")), reservation=p["reservation"],
+                state=PreemptionState(p["state"]), victims=victims,
+                started_at=float(p["started_at"]),
+            ))
+        # Closed preemptions older than a day matter to nobody; keep the list short.
+        preemptions = [p for p in preemptions
+                       if p.open or now - p.started_at < preempted_window]
+        reservations = tuple(
+            ReservationIntent(name=r["name"], job_id=int(r["job_id"] or 0), nodes=r["nodes"],
+                              start_time=float(r["start_time"]), duration=float(r["duration"]))
+            for r in self.reservations("active")
+        )
+        usage, usage_at = self.usage()
+        times: dict[int, list[float]] = {}
+        for row in self.db.query("select job_id, at from preemption_times where at >= ?"
+                                 " order by at", [now - preempted_window]):
+            times.setdefault(int(row["job_id"]), []).append(float(row["at"]))
+        missed = {int(r["job_id"]): int(r["count"])
+                  for r in self.db.query("select * from missed_acks")}
+        factors = {int(r["job_id"]): int(r["site_factor"])
+                   for r in self.db.query("select job_id, site_factor from site_factors")}
+        begins = {int(r["job_id"]): r["begin_time"]
+                  for r in self.db.query("select job_id, begin_time from begin_times")}
+        return Intents(
+            preemptions=tuple(preemptions), reservations=reservations, usage=usage,
+            usage_at=usage_at, preempted_at={k: tuple(v) for k, v in times.items()},
+            missed_acks=missed, site_factors=factors, begin_times=begins,
+        )
+
+    # ------------------------------------------------------------------ audit
+    def audit(self, kind: str, reason: str, outcome: str, *, job_id: int | None = None,
+              detail: Mapping[str, Any] | None = None, dry_run: bool = False,
+              at: float | None = None, jobs: Iterable[int] = ()) -> None:
+        """Record one action (or observation) with its reason and outcome.
+
+        ``jobs`` are further jobs it concerns (a preemption's beneficiary and
+        victims), so that ``slurmpolicy log --job N`` finds it.
+        """
+        concerned = sorted({*(int(j) for j in jobs), *([job_id] if job_id is not None else [])})
+        self.db.table("audit").insert({
+            "at": self.now() if at is None else at, "kind": kind, "job_id": job_id,
+            "jobs": "," + ",".join(map(str, concerned)) + "," if concerned else "",
+            "reason": reason, "outcome": outcome, "detail": json.dumps(dict(detail or {}),
+                                                                       default=str),
+            "dry_run": int(dry_run),
+        })
+
+    def read_audit(self, *, job_id: int | None = None, since: float | None = None,
+                   until: float | None = None, limit: int | None = None) -> list[AuditRecord]:
+        if "audit" not in self.db.table_names():
+            return []
+        where: list[str] = []
+        args: list[Any] = []
+        if job_id is not None:
+            where.append("jobs like ?")
+            args.append(f"%,{int(job_id)},%")
+        if since is not None:
+            where.append("at >= ?")
+            args.append(since)
+        if until is not None:
+            where.append("at < ?")
+            args.append(until)
+        sql = "select * from audit" + (" where " + " and ".join(where) if where else "")
+        if limit is not None:
+            sql = f"select * from ({sql} order by id desc limit {int(limit)})"
+        records = []
+        for r in self.db.query(sql + " order by id", args):
+            detail = json.loads(r["detail"] or "{}")
+            records.append(AuditRecord(
+                id=int(r["id"]), at=float(r["at"]), kind=r["kind"], job_id=r["job_id"],
+                reason=r["reason"] or "", outcome=r["outcome"] or "", detail=detail,
+                dry_run=bool(r["dry_run"]),
+            ))
+        return records
+
+    # ---------------------------------------------------------------- metrics
+    def record_metrics(self, figures: Iterable[tuple[str, Mapping[str, str], float]],
+                       at: float | None = None) -> None:
+        stamp = self.now() if at is None else at
+        rows = [{"at": stamp, "name": name, "labels": json.dumps(dict(labels), sort_keys=True),
+                 "value": float(value)} for name, labels, value in figures]
+        if rows:
+            self.db.table("metrics").insert_all(rows)
+
+    def metric_history(self, name: str, *, since: float | None = None,
+                       until: float | None = None) -> list[tuple[float, dict[str, str], float]]:
+        if "metrics" not in self.db.table_names():
+            return []
+        sql = "select at, labels, value from metrics where name = ?"
+        args: list[Any] = [name]
+        if since is not None:
+            sql += " and at >= ?"
+            args.append(since)
+        if until is not None:
+            sql += " and at < ?"
+            args.append(until)
+        return [(float(r["at"]), json.loads(r["labels"]), float(r["value"]))
+                for r in self.db.query(sql + " order by at", args)]
+
+    def prune(self, older_than: float) -> None:
+        """Drop metrics history and finished steps older than ``older_than`` (epoch)."""
+        with self.transaction():
+            self.db.execute("delete from metrics where at < ?", [older_than])
+            self.db.execute("delete from steps where status != 'started' and started_at < ?",
+                            [older_than])

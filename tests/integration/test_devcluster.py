@@ -1,0 +1,358 @@
+"""The dev cluster is a real Slurm: nodes with GPUs, jobs of an ordinary user
+scheduled on --gres, topology and features, site factor, signals to the batch
+shell, requeue, and a down that leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmpolicy.errors import DevClusterError
+from slurmpolicy.slurm.devcluster import DevCluster, _pid_alive
+
+from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
+
+pytestmark = pytest.mark.slurm
+
+Factory = Callable[..., LiveCluster]
+
+
+def test_up_gives_eight_idle_nodes_with_eight_gpus(devcluster: LiveCluster) -> None:
+    out = devcluster.slurm_cmd("sinfo", "-h", "-N", "-p", "research", "-o", "%N %T %G %f").stdout
+    rows = [line.split() for line in out.splitlines()]
+    assert [r[0] for r in rows] == [f"gpu0{i}" for i in range(1, 9)]
+    assert all(r[2] == "gpu:h100:8" for r in rows), rows
+    assert {r[0]: r[3] for r in rows}["gpu01"] == "h100,nvl_rack1,leaf1"
+    assert {r[0]: r[3] for r in rows}["gpu08"] == "h100,nvl_rack2,leaf2"
+    # Idle or busy with other tests' jobs, but every node answers.
+    assert all(r[1] in {"idle", "mixed", "allocated"} for r in rows), rows
+    status = devcluster.status()
+    assert status.running and status.controller_responds
+    assert len(status.slurmds) == 8
+
+
+def test_partitions_and_priority_tiers(devcluster: LiveCluster) -> None:
+    out = devcluster.slurm_cmd("scontrol", "show", "partitions", "-o").stdout
+    parts = {re.search(r"PartitionName=(\S+)", line).group(1): line  # type: ignore[union-attr]
+             for line in out.splitlines()}
+    assert set(parts) == {"prod", "research"}
+    assert "PriorityTier=10" in parts["prod"]
+    assert "PriorityTier=1 " in parts["research"] and "Default=YES" in parts["research"]
+    config = devcluster.slurm_cmd("scontrol", "show", "config").stdout
+    assert re.search(r"PreemptType\s+=\s+preempt/partition_prio", config)
+    assert re.search(r"PreemptMode\s+=\s+REQUEUE", config)
+    assert re.search(r"JobSubmitPlugins\s+=\s+lua", config)
+    assert re.search(r"PriorityType\s+=\s+priority/multifactor", config)
+
+
+def test_topology_is_two_leaves_under_a_spine(devcluster: LiveCluster) -> None:
+    out = devcluster.slurm_cmd("scontrol", "show", "topology").stdout
+    assert re.search(r"SwitchName=leaf1 Level=0 .*Nodes=gpu\[01-04\]", out), out
+    assert re.search(r"SwitchName=leaf2 Level=0 .*Nodes=gpu\[05-08\]", out), out
+    assert re.search(r"SwitchName=spine Level=1 .*Switches=leaf\[1-2\]", out), out
+
+
+def test_two_node_gpu_job_runs_as_the_user_and_sees_its_gpus(devcluster: LiveCluster) -> None:
+    wd = devcluster.workdir()
+    script = (
+        "#!/bin/bash\n"
+        'echo "user=$(id -un) nodes=$SLURM_JOB_NODELIST"\n'
+        "srun bash -c 'echo \"step $SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES\"'\n"
+    )
+    job = devcluster.submit(script, extra_args=["-N2", "--gres=gpu:8", "-t", "5"], workdir=wd)
+    info = devcluster.wait_state(job, "COMPLETED", timeout=60)
+    text = devcluster.read_file(wd / f"slurm-{job}.out")
+    expected_user = TEST_USER if os.geteuid() == 0 else None
+    if expected_user:
+        assert f"user={expected_user}" in text
+        assert info["UserId"].startswith(f"{expected_user}(")
+    steps = re.findall(r"step (gpu\d+) cvd=(\S+)", text)
+    assert len({host for host, _ in steps}) == 2, text
+    assert all(cvd == "0,1,2,3,4,5,6,7" for _, cvd in steps), text
+    assert info["TresPerNode"] in {"gres:gpu:8", "gres/gpu:8"}, info
+    assert info["NumNodes"] == "2", info
+
+
+def test_gres_is_really_scheduled(devcluster: LiveCluster) -> None:
+    """Nine 8-GPU single-node jobs on eight nodes: eight run, one per node; one waits."""
+    wd = devcluster.workdir()
+    jobs = [devcluster.submit(devcluster.hold_script(), extra_args=["--gres=gpu:8", "-t", "5"],
+                              workdir=wd) for _ in range(9)]
+    try:
+        def all_placed() -> dict[int, dict[str, str]] | None:
+            infos = {j: devcluster.scontrol_show_job(j) for j in jobs}
+            running = [i for i in infos.values() if i.get("JobState") == "RUNNING"]
+            waiting = [i for i in infos.values()
+                       if i.get("JobState") == "PENDING" and i.get("Reason") != "None"]
+            return infos if len(running) == 8 and waiting else None
+
+        infos = wait_until(all_placed, timeout=60,
+                           what="eight of nine 8-GPU jobs running, the ninth waiting")
+        running = [i for i in infos.values() if i["JobState"] == "RUNNING"]
+        pending = [i for i in infos.values() if i["JobState"] == "PENDING"]
+        assert len({i["NodeList"] for i in running}) == 8
+        assert len(pending) == 1 and pending[0]["Reason"] in {"Resources", "Priority"}, pending
+    finally:
+        for job in jobs:
+            devcluster.release(job, wd)
+    for job in jobs:
+        devcluster.wait_state(job, "COMPLETED", timeout=60)
+
+
+def test_site_factor_changes_priority(devcluster: LiveCluster) -> None:
+    """The multifactor plugin adds the site factor and keeps computing the rest."""
+    wd = devcluster.workdir()
+    # Pending (BeginTime) but not held: a held job's priority is 0.
+    job = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--begin=now+1hour", "-t", "5"],
+                            workdir=wd)
+    try:
+        before = int(devcluster.wait_state(job, "PENDING")["Priority"])
+        assert before > 0
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=5000")
+        after = int(devcluster.scontrol_show_job(job)["Priority"])
+        assert 4990 <= after - before <= 5010, (before, after)
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "sitefactor=0")
+        back = int(devcluster.scontrol_show_job(job)["Priority"])
+        assert abs(back - before) <= 10, (before, back)
+    finally:
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
+    devcluster.wait_state(job, "COMPLETED", timeout=60)
+
+
+def test_signal_reaches_the_batch_shell_trap(devcluster: LiveCluster) -> None:
+    wd = devcluster.workdir()
+    job = devcluster.submit(devcluster.hold_script(trap="USR1"), extra_args=["-t", "5"],
+                            workdir=wd)
+    try:
+        devcluster.wait_state(job, "RUNNING")
+        devcluster.read_file(wd / f"started.{job}")
+        devcluster.slurm_cmd("scancel", "--signal=USR1", "--batch", str(job))
+        text = devcluster.read_file(wd / f"trap.{job}", contains="USR1")
+        assert text.startswith("USR1 ")
+        assert devcluster.job_state(job) == "RUNNING"  # a trapped signal does not end it
+    finally:
+        devcluster.release(job, wd)
+    devcluster.wait_state(job, "COMPLETED")
+
+
+def test_requeue_puts_a_running_job_back_in_the_queue(devcluster: LiveCluster) -> None:
+    wd = devcluster.workdir()
+    job = devcluster.submit(devcluster.hold_script(), extra_args=["--requeue", "-t", "5"],
+                            workdir=wd)
+    try:
+        devcluster.wait_state(job, "RUNNING")
+        devcluster.slurm_cmd("scontrol", "requeue", str(job))
+        info = devcluster.wait_state(job, {"PENDING", "REQUEUED"}, timeout=30)
+        assert int(devcluster.scontrol_show_job(job)["Restarts"]) == 1, info
+        # Slurm holds a requeued job back for about two minutes (Reason=BeginTime).
+        # Make it eligible sooner, but not within the second of the requeue: slurmd
+        # refuses a credential issued in the second its job's old one was revoked.
+        devcluster.slurm_cmd("scontrol", "update", f"jobid={job}", "starttime=now+3")
+        devcluster.wait_state(job, "RUNNING", timeout=60)
+        assert int(devcluster.scontrol_show_job(job)["Restarts"]) == 1
+    finally:
+        devcluster.release(job, wd)
+    devcluster.wait_state(job, "COMPLETED", timeout=60)
+
+
+def test_reservation_can_be_created_and_deleted(devcluster: LiveCluster) -> None:
+    name = "sp_test_maint"
+    devcluster.slurm_cmd("scontrol", "create", "reservation", f"ReservationName={name}",
+                         "StartTime=now+1day", "Duration=240", "Nodes=gpu07", "Flags=MAINT",
+                         "Users=root")
+    try:
+        shown = devcluster.slurm_cmd("scontrol", "show", "reservation", name, "-o").stdout
+        rec = parse_scontrol_line(shown.strip())
+        assert rec["ReservationName"] == name and rec["Nodes"] == "gpu07", rec
+        assert "MAINT" in rec["Flags"] and rec["Duration"] == "04:00:00", rec
+    finally:
+        devcluster.slurm_cmd("scontrol", "delete", f"ReservationName={name}")
+    gone = devcluster.slurm_cmd("scontrol", "show", "reservation", name, check=False)
+    assert "not found" in (gone.stdout + gone.stderr)
+
+
+# ---------------------------------------------------------------- own clusters
+
+
+def test_prod_job_preempts_a_research_job_by_requeue(devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=2, racks=1)
+    wd = cluster.workdir()
+    research = cluster.submit(cluster.hold_script(), workdir=wd,
+                              extra_args=["-p", "research", "--gres=gpu:2", "--requeue", "-t", "5"])
+    cluster.wait_state(research, "RUNNING")
+    prod = cluster.submit(cluster.hold_script(), workdir=wd,
+                          extra_args=["-p", "prod", "--gres=gpu:2", "-t", "5"])
+    try:
+        cluster.wait_state(prod, "RUNNING", timeout=60)
+        info = cluster.wait_state(research, {"PENDING", "REQUEUED", "PREEMPTED"}, timeout=30)
+        again = wait_until(lambda: cluster.scontrol_show_job(research).get("Restarts") == "1"
+                           or None, timeout=30, what="research job requeued")
+        assert again and info["JobState"] != "RUNNING"
+    finally:
+        cluster.release(prod, wd)
+        cluster.release(research, wd)
+    cluster.wait_state(prod, "COMPLETED", timeout=60)
+
+
+REJECTING_LUA = """\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.name == "forbidden" then
+        slurm.log_user("devcluster test plugin: the name 'forbidden' is refused")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+return slurm.SUCCESS
+"""
+
+
+def test_job_submit_lua_is_installed_and_replaceable(devcluster_factory: Factory,
+                                                     tmp_path: Path) -> None:
+    lua = tmp_path / "job_submit.lua"
+    lua.write_text(REJECTING_LUA)
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
+                                              job_submit_lua=lua)
+    assert (cluster.conf_dir / "job_submit.lua").read_text() == REJECTING_LUA
+    with pytest.raises(AssertionError, match="the name 'forbidden' is refused"):
+        cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "forbidden"])
+    ok = cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", "allowed"])
+    cluster.wait_state(ok, "COMPLETED")
+    cluster.install_job_submit_lua(None)  # back to the pass-through plugin
+    job = wait_until(lambda: _try_submit(cluster, "forbidden"), timeout=30,
+                     what="the pass-through plugin to accept the job")
+    cluster.wait_state(job, "COMPLETED")
+
+
+def _try_submit(cluster: LiveCluster, name: str) -> int | None:
+    try:
+        return cluster.submit("#!/bin/bash\ntrue\n", extra_args=["-J", name])
+    except AssertionError:
+        return None
+
+
+def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=2, racks=1)
+    wd = cluster.workdir()
+    job = cluster.submit(cluster.hold_script(), extra_args=["-t", "5"], workdir=wd)
+    cluster.wait_state(job, "RUNNING")
+    cluster.read_file(wd / f"started.{job}")
+    status = cluster.status()
+    pids = [d.pid for d in (status.slurmctld, *status.slurmds) if d is not None]
+    assert all(p and _pid_alive(p) for p in pids)
+    step_pids = cluster._stepd_pids()
+    assert step_pids, "a running job has a slurmstepd"
+    stopped = cluster.down()
+    assert set(pids) <= set(stopped) and set(step_pids) <= set(stopped)
+    assert not any(_pid_alive(p) for p in stopped)
+    assert cluster.status().stopped
+    assert not cluster._stepd_pids()
+    assert not cluster._tagged_pids()  # nor slurmscriptd, nor anything else they spawned
+    # down is idempotent
+    assert cluster.down() == []
+
+
+def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=1, racks=2)
+    first = cluster.status()
+    assert cluster.up().slurmctld == first.slurmctld  # already up: nothing restarted
+    cluster.down()
+    again = cluster.up()
+    assert again.running and again.slurmctld != first.slurmctld
+    assert set(again.node_states) == {"gpu01", "gpu02"}
+    # The same state dir takes another shape after a down.
+    cluster.down()
+    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    reshaped = bigger.up()
+    assert set(reshaped.node_states) == {"gpu01", "gpu02", "gpu03"}
+    assert len(cluster.status().slurmds) == 3  # status follows the state dir's record
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short temp dir (pytest's tmp_path can be too long for slurmd's socket paths)."""
+    d = Path(tempfile.mkdtemp(prefix="spdc-t-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_port_in_use_is_a_clear_error(short_tmp: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cluster = DevCluster(short_tmp / "dc", nodes=1, racks=1, ctld_port=port)
+        with pytest.raises(DevClusterError, match=rf"port.* {port} already in use"):
+            cluster.up()
+
+
+def test_state_dir_of_another_cluster_is_refused(devcluster: LiveCluster) -> None:
+    other = DevCluster(devcluster.state_dir, cluster_name="other")
+    with pytest.raises(DevClusterError, match="belongs to another cluster"):
+        other.up()
+
+
+def test_foreign_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("not a cluster")
+    with pytest.raises(DevClusterError, match="not a dev cluster"):
+        DevCluster(tmp_path).up()
+    assert (tmp_path / "precious.txt").read_text() == "not a cluster"
+
+
+def test_missing_slurm_names_the_install_command(short_tmp: Path) -> None:
+    with pytest.raises(DevClusterError, match="apt-get install slurm-wlm"):
+        DevCluster(short_tmp / "dc", slurm_prefix=short_tmp / "no-slurm-here").up()
+
+
+def test_too_long_state_dir_is_refused() -> None:
+    with pytest.raises(DevClusterError, match="too long"):
+        DevCluster("/tmp/" + "x" * 90).up()
+
+
+def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
+    """A Slurm 'installed at another prefix': links to Debian's binaries and plugins."""
+    (root / "sbin").mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "lib").mkdir()
+    for name in ("slurmctld", "slurmd", "slurmstepd"):
+        (root / "sbin" / name).symlink_to(f"/usr/sbin/{name}")
+    for name in ("scontrol", "sinfo", "squeue", "sbatch", "srun", "scancel", "sprio"):
+        (root / "bin" / name).symlink_to(f"/usr/bin/{name}")
+    plugins = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm")
+    (root / "lib" / "slurm").symlink_to(plugins)
+    if slurmctld is not None:
+        target = root / "sbin" / "slurmctld"
+        target.unlink()
+        target.write_text(slurmctld)
+        target.chmod(0o755)
+    return root
+
+
+def test_slurm_prefix_is_used(devcluster_factory: Factory, tmp_path: Path) -> None:
+    prefix = _fake_prefix(tmp_path / "prefix")
+    cluster: LiveCluster = devcluster_factory(nodes=1, gpus_per_node=1, racks=1,
+                                              slurm_prefix=prefix)
+    conf = cluster.slurm_conf.read_text()
+    assert f"PluginDir={prefix.resolve()}/lib/slurm" in conf
+    assert cluster.env()["PATH"].startswith(f"{prefix.resolve()}/bin:{prefix.resolve()}/sbin:")
+    assert cluster.status().running
+
+
+def test_daemon_that_fails_to_start_shows_its_output(short_tmp: Path) -> None:
+    prefix = _fake_prefix(short_tmp / "prefix",
+                          slurmctld="#!/bin/sh\necho 'fatal: deliberately broken' >&2\nexit 1\n")
+    cluster = DevCluster(short_tmp / "dc", nodes=1, racks=1, slurm_prefix=prefix)
+    try:
+        with pytest.raises(DevClusterError, match=r"(?s)slurmctld failed to start.*deliberately"):
+            cluster.up()
+    finally:
+        assert cluster.down() == []

@@ -1,0 +1,258 @@
+"""Property tests of the policy over generated clusters and queues (hypothesis).
+
+Invariants: never a victim of the same or a higher class, never a
+non-preemptible victim (class, --preemptible=no, after= window, minimum
+runtime, budget), never a requeue before a signal plus an acknowledgement or
+the deadline, never an account pushed below its guaranteed share, plans are
+deterministic, and a second plan on the same inputs plus the first plan's
+intents starts nothing new.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.model import Reservation
+from slurmpolicy.policy import apply_to_intents, plan
+from slurmpolicy.policy.actions import (
+    CreateReservation,
+    Intents,
+    Requeue,
+    SetBeginTime,
+    SetSiteFactor,
+    SignalCheckpoint,
+    StartPreemption,
+    UpdateReservation,
+    VictimState,
+)
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.policy.scenario import directives as d
+from slurmpolicy.settings import from_mapping
+
+CLASSES = ["production", "research", "experimental"]
+ACCOUNTS = ["vision", "nlp", "speech"]
+RANK = {"production": 3, "research": 2, "experimental": 1}
+
+
+@st.composite
+def clusters(draw):
+    hosts = draw(st.integers(2, 12))
+    per_leaf = draw(st.sampled_from([1, 2, 4]))
+    gpus = draw(st.sampled_from([4, 8]))
+    b = ClusterBuilder(hosts=hosts, gpus=gpus, hosts_per_leaf=per_leaf)
+    share = draw(st.sampled_from([{}, {"vision": 0.5}, {"vision": 0.3, "nlp": 0.3}]))
+    s = from_mapping({
+        "fairshare": {"shares": share},
+        "reservations": {"large_job_gpus": gpus, "starvation_wait": 600},
+        "preemption": {"min_runtime": 300,
+                       "no_checkpoint_partitions": draw(st.sampled_from([[], ["batch"],
+                                                                         ["other"]]))},
+        "deferral": {"windows": {"night": {"hours": [0, 1, 2]}}},
+    })
+    free_gpus = {i: gpus for i in range(1, hosts + 1)}
+    job_id = 100
+    for _ in range(draw(st.integers(0, 2 * hosts))):
+        host = draw(st.integers(1, hosts))
+        if free_gpus[host] <= 0:
+            continue
+        n = draw(st.integers(1, free_gpus[host]))
+        width = draw(st.integers(1, 2))
+        hosts_of = [host] + [h for h in range(host + 1, host + width)
+                             if h <= hosts and free_gpus[h] >= n]
+        for h in hosts_of:
+            free_gpus[h] -= n
+        job_id += 1
+        ran = draw(st.sampled_from([60.0, 400.0, 3600.0, 20000.0, 20000.0]))
+        ck = draw(st.sampled_from([None, "none", "USR1"]))
+        admin = d(draw(st.sampled_from(["research", "experimental", "experimental",
+                                         "production"])), ck,
+                  preemptible=draw(st.booleans()) or draw(st.booleans()),
+                  after=draw(st.sampled_from([0.0, 0.0, 1000.0])), grace=60)
+        comment = draw(st.sampled_from(["", f"ckpt:{b.now - 100:.0f}"]))
+        b.run(job_id, draw(st.sampled_from(ACCOUNTS)), hosts=hosts_of, gpus_per_node=n,
+              ran=ran, time_limit=ran + draw(st.sampled_from([600.0, 7200.0])),
+              admin_comment=admin, comment=comment)
+    for _ in range(draw(st.integers(0, 8))):
+        job_id += 1
+        topo = draw(st.sampled_from(["any", "leaf"]))
+        b.pend(job_id, draw(st.sampled_from(ACCOUNTS)), nodes=draw(st.integers(1, 3)),
+               gpus_per_node=draw(st.sampled_from([1, gpus // 2, gpus])),
+               waited=draw(st.sampled_from([10.0, 1000.0, 9000.0])),
+               admin_comment=d(draw(st.sampled_from(["production", "production", "research",
+                                                     "experimental"])), "USR1", topology=topo,
+                               strict=draw(st.booleans()),
+                               defer=draw(st.sampled_from([None, None, "night"]))))
+    if draw(st.booleans()):
+        # Odd corners: a down host, a foreign reservation, an unlimited or GPU-less job.
+        b.down = {b.host(draw(st.integers(1, hosts)))}
+        b.reservations = [Reservation(name="maint", nodes=(b.host(1),),
+                                      start_time=b.now + draw(st.sampled_from([-60, 600])),
+                                      end_time=b.now + 7200)]
+        job_id += 1
+        b.pend(job_id, "nlp", gpus_per_node=0, time_limit=None)
+        job_id += 1
+        b.pend(job_id, "vision", nodes=1, time_limit=None, waited=5000,
+               admin_comment=d("production", None))
+    budget = {j.job_id: (b.now - 1000,) * draw(st.sampled_from([0, 0, 0, 1, 3]))
+              for j in b.jobs if j.is_running}
+    intents = Intents(preempted_at=budget,
+                      missed_acks={j: 1 for j in budget if draw(st.booleans())})
+    return b, s, intents
+
+
+def check_victims(b, s, intents, p):
+    snap = b.snapshot()
+    by_id = {j.job_id: j for j in snap.jobs}
+    seen: set[int] = set()
+    total = sum(n.gpus for n in snap.nodes)
+    held: dict[str, int] = {}
+    for j in snap.jobs:
+        if j.is_running:
+            held[j.account] = held.get(j.account, 0) + j.gpus
+    in_flight = {v.job_id for pr in intents.open_preemptions() for v in pr.victims
+                 if v.state not in (VictimState.REQUEUED, VictimState.ENDED)}
+    for pr in intents.open_preemptions():
+        for v in pr.victims:
+            if v.job_id in in_flight and v.job_id in by_id:
+                held[by_id[v.job_id].account] -= by_id[v.job_id].gpus
+    for start in p.actions:
+        if not isinstance(start, StartPreemption):
+            continue
+        ben = by_id[start.beneficiary]
+        ben_rank = RANK[parse_admin_comment(ben.admin_comment).job_class]
+        # The victims free what the beneficiary needs on the chosen nodes.
+        assert len(start.nodes) == ben.node_count
+        nodes = {n.name: n for n in snap.nodes}
+        for host in start.nodes:
+            freed = sum(by_id[v].gpus_on_node.get(host, 0) for v in start.victims)
+            assert nodes[host].gpus_free + freed >= ben.gpus_per_node, host
+        for vid in start.victims:
+            v = by_id[vid]
+            pol = parse_admin_comment(v.admin_comment)
+            assert RANK[pol.job_class] < ben_rank, "victim of the same or a higher class"
+            assert s.classes[pol.job_class].preemptible
+            assert pol.preemptible, "--preemptible=no victim"
+            ran = b.now - v.start_time
+            assert ran >= pol.preemptible_after and ran >= s.preemption.min_runtime
+            recent = [t for t in intents.preempted_at.get(vid, ()) if t > b.now - 86400]
+            assert len(recent) < s.preemption.max_per_job_per_day
+            assert vid not in seen and vid not in in_flight, "victim taken twice"
+            seen.add(vid)
+            held[v.account] -= v.gpus
+    for account, gpus in held.items():
+        guaranteed = s.fairshare.shares.get(account, 0.0) * total
+        took = any(by_id[v].account == account for a in p.actions
+                   if isinstance(a, StartPreemption) for v in a.victims)
+        if took:
+            assert gpus >= guaranteed - 1e-6, f"{account} pushed below its share"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_victims_are_always_allowed_and_shares_kept(case):
+    b, s, intents = case
+    p = plan(b.snapshot(), b.fabric(), s, intents, b.now)
+    check_victims(b, s, intents, p)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_plans_are_deterministic_and_second_plan_starts_nothing_new(case):
+    b, s, intents = case
+    snap, fab = b.snapshot(), b.fabric()
+    first = plan(snap, fab, s, intents, b.now)
+    assert first == plan(b.snapshot(), b.fabric(), s, intents, b.now)
+    after = apply_to_intents(intents, first, b.now)
+    second = plan(snap, fab, s, after, b.now)
+    new = [a for a in second.actions
+           if isinstance(a, (StartPreemption, CreateReservation, UpdateReservation,
+                             SetSiteFactor, SetBeginTime))]
+    assert not new, new
+    # Continuing steps of what the first plan started are allowed, once per victim.
+    signals = [a.job_id for a in second.actions if isinstance(a, SignalCheckpoint)]
+    assert len(signals) == len(set(signals))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.lists(st.tuples(st.sampled_from([10.0, 30.0, 90.0]),
+                                              st.sampled_from([False, False, True])),
+                            min_size=3, max_size=10))
+def test_never_a_requeue_before_signal_and_ack_or_deadline(case, steps):
+    b, s, intents = case
+    now = b.now
+    for dt, ack in steps:
+        snap = b.snapshot(now)
+        p = plan(snap, b.fabric(), s, intents, now)
+        check_victims_requeue(snap, intents, p, now)
+        intents = apply_to_intents(intents, p, now)
+        # The executor's effects that Slurm would show: requeued victims pend again.
+        for a in p.actions:
+            if isinstance(a, Requeue):
+                b.replace_job(a.job_id, state=__import__("slurmpolicy.model", fromlist=["x"])
+                              .JobState.PENDING, nodes=(), restart_count=a.restart_count + 1)
+        now += dt
+        if ack:
+            for pr in intents.open_preemptions():
+                for v in pr.victims:
+                    if v.state is VictimState.SIGNALLED:
+                        b.replace_job(v.job_id, comment=f"ckpt:{now:.0f}")
+        b.now = now
+
+
+def check_victims_requeue(snap, intents, p, now):
+    by_id = {j.job_id: j for j in snap.jobs}
+    victims = {(pr.preemption_id, v.job_id): v for pr in intents.preemptions for v in pr.victims}
+    for a in p.actions:
+        if not isinstance(a, Requeue):
+            continue
+        v = victims[(a.preemption_id, a.job_id)]
+        job = by_id[a.job_id]
+        pol = parse_admin_comment(job.admin_comment)
+        if a.after == "no-checkpoint":
+            assert pol.checkpoint is None or pol.checkpoint.signal is None
+            continue
+        assert v.state in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED,
+                           VictimState.DEADLINE), "requeue before any signal"
+        assert v.signalled_at is not None
+        ack = last_checkpoint(job.comment)
+        acked = ack is not None and ack >= v.signalled_at
+        assert acked or (v.deadline is not None and now >= v.deadline), \
+            "requeue before ack or deadline"
+
+
+def test_property_generator_makes_preemptions_happen():
+    """Guard against a vacuous generator: a fixed full cluster does preempt."""
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "nlp", hosts=[1, 2], admin_comment=d("experimental", "USR1"))
+    b.pend(1, "vision", admin_comment=d("production", "USR1"))
+    s = from_mapping({})
+    p = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    assert [a for a in p.actions if isinstance(a, StartPreemption)]
+    check_victims(b, s, Intents(), p)
+    replace(Intents())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_every_job_can_be_explained(case):
+    import json
+
+    from slurmpolicy.policy import explain
+
+    b, s, intents = case
+    snap, fab = b.snapshot(), b.fabric()
+    first = plan(snap, fab, s, intents, b.now)
+    after = apply_to_intents(intents, first, b.now)
+    for job in snap.jobs:
+        e = explain(snap, fab, s, after, b.now, job.job_id)
+        assert e.headline and e.state == job.state.value
+        if job.is_pending:
+            assert e.blocking in {"held", "dependency", "quota", "deferred", "preemption",
+                                  "reservation", "topology", "fragmentation", "resources",
+                                  "priority", "none"}
+            assert e.position is not None
+        json.dumps(e.to_dict())

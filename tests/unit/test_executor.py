@@ -1,0 +1,283 @@
+"""Pure logic of the journal and the executor, against a recorder of calls.
+
+The real proof (a real Slurm) is in tests/integration/test_daemon_*.py; here
+only the bookkeeping: intents before calls, one signal per (job, restart),
+one requeue, idempotent answers, the call cap, reconcile after a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from slurmpolicy.daemon.executor import Executor
+
+from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmUnavailable
+from slurmpolicy.model import Job, JobState, Reservation, Snapshot
+from slurmpolicy.policy.actions import (
+    FinishPreemption,
+    Plan,
+    PreemptionState,
+    Requeue,
+    SetSiteFactor,
+    SignalCheckpoint,
+    StartPreemption,
+    VictimState,
+)
+from slurmpolicy.settings import Daemon, Settings
+from slurmpolicy.store import STARTED, Journal
+
+
+class Recorder:
+    """Records calls; raises what it is told to for a given (method, job)."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.fail: dict[tuple[str, object], Exception] = {}
+
+    def _rec(self, method: str, key: object) -> None:
+        self.calls.append((method, key))
+        exc = self.fail.get((method, key))
+        if exc is not None:
+            raise exc
+
+    def snapshot(self) -> Snapshot:
+        raise NotImplementedError
+
+    def set_site_factor(self, job_id: int, site_factor: int) -> None:
+        self._rec("set_site_factor", job_id)
+
+    def signal(self, job_id: int, signal: str, target: str = "batch") -> None:
+        self._rec("signal", job_id)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self._rec("requeue", job_id)
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self._rec("set_admin_comment", job_id)
+
+    def set_comment(self, job_id: int, text: str) -> None:
+        self._rec("set_comment", job_id)
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        self._rec("set_begin_time", job_id)
+
+    def create_reservation(self, spec: object) -> None:
+        self._rec("create_reservation", getattr(spec, "name", None))
+
+    def update_reservation(self, spec: object) -> None:
+        self._rec("update_reservation", getattr(spec, "name", None))
+
+    def delete_reservation(self, name: str) -> None:
+        self._rec("delete_reservation", name)
+
+
+def job(job_id: int, state: JobState = JobState.RUNNING, **kw: object) -> Job:
+    base = Job(job_id=job_id, name=f"j{job_id}", user="alice", account="vision",
+               partition="research", state=state, node_count=1, gpus_per_node=8, gpus=8,
+               start_time=900.0 if state is JobState.RUNNING else None, time_limit=3600.0)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def snap(*jobs: Job, reservations: tuple[Reservation, ...] = ()) -> Snapshot:
+    return Snapshot(taken_at=1000.0, slurm_version="22.05", cluster_name="t", jobs=jobs,
+                    reservations=reservations)
+
+
+PID = "p1"
+RESV = "spolicy_p1"
+
+
+def start() -> StartPreemption:
+    return StartPreemption(reason="prod job 3 needs gpu01", preemption_id=PID, beneficiary=3,
+                           victims=(1,), nodes=("gpu01",), reservation=RESV)
+
+
+def signal(rc: int = 0) -> SignalCheckpoint:
+    return SignalCheckpoint(reason="checkpoint first", preemption_id=PID, job_id=1,
+                            restart_count=rc, signal="USR1", deadline=1100.0)
+
+
+def requeue(rc: int = 0) -> Requeue:
+    return Requeue(reason="acknowledged", preemption_id=PID, job_id=1, restart_count=rc,
+                   after="acknowledged")
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Journal:
+    return Journal(tmp_path)
+
+
+def make(journal: Journal, cap: int = 100) -> tuple[Executor, Recorder]:
+    rec = Recorder()
+    settings = Settings(daemon=Daemon(max_slurm_calls_per_cycle=cap))
+    return Executor(rec, journal, settings, clock=lambda: 1000.0), rec
+
+
+def run(ex: Executor, s: Snapshot, *actions: object, now: float = 1000.0) -> None:
+    ex.reconcile(s, now)
+    ex.carry_on(s, now)
+    ex.execute(Plan(actions=tuple(actions)), s, now)  # type: ignore[arg-type]
+
+
+def test_journal_is_wal_and_versioned(journal: Journal) -> None:
+    mode = next(iter(journal.db.query("PRAGMA journal_mode")))["journal_mode"]
+    assert mode == "wal"
+    assert journal.schema_version() == 1
+    ro = Journal(journal.path, read_only=True)
+    assert ro.load_intents().preemptions == ()
+
+
+def test_full_preemption_story(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    assert rec.calls == [("create_reservation", RESV)]
+    p = journal.load_intents().preemptions[0]
+    assert p.state is PreemptionState.RESERVED
+    assert p.victims[0].state is VictimState.PLANNED
+
+    # Requeue before the signal is refused.
+    run(ex, s0, requeue())
+    assert ("requeue", 1) not in rec.calls
+
+    run(ex, s0, signal())
+    run(ex, s0, signal())  # a second signal for the same (job, restart) is not sent
+    assert rec.calls.count(("signal", 1)) == 1
+
+    # Not yet acknowledged, deadline not passed: requeue refused.
+    run(ex, s0, requeue(), now=1050.0)
+    assert ("requeue", 1) not in rec.calls
+
+    s1 = snap(job(1, comment="note ckpt:1060"), job(3, JobState.PENDING),
+              reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    run(ex, s1, requeue(), now=1061.0)
+    assert rec.calls.count(("requeue", 1)) == 1
+    intents = journal.load_intents(now=1061.0)
+    assert intents.preemptions[0].victims[0].state is VictimState.REQUEUED
+    assert intents.preempted_at == {1: (1061.0,)}
+    run(ex, s1, requeue(), now=1062.0)
+    assert rec.calls.count(("requeue", 1)) == 1
+
+    s2 = snap(job(1, JobState.PENDING, restart_count=1), job(3, start_time=1070.0,
+              reservation=RESV), reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    run(ex, s2, FinishPreemption(reason="beneficiary started", preemption_id=PID), now=1070.0)
+    assert journal.preemption(PID)["state"] == "done"  # type: ignore[index]
+    audit = journal.read_audit(job_id=1)
+    kinds = [r.kind for r in audit]
+    assert "SignalCheckpoint" in kinds and "Requeue" in kinds and "CheckpointAck" in kinds
+
+
+def test_deadline_then_requeue_counts_missed_ack(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, signal())
+    run(ex, s0, Requeue(reason="deadline", preemption_id=PID, job_id=1, restart_count=0,
+                        after="deadline"), now=1101.0)
+    assert ("requeue", 1) in rec.calls
+    assert journal.load_intents(now=1101.0).missed_acks == {1: 1}
+
+
+def test_victim_that_ends_during_grace_is_not_requeued(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, signal())
+    done = snap(job(1, JobState.COMPLETED), job(3, JobState.PENDING))
+    run(ex, done, requeue(), now=1200.0)
+    assert ("requeue", 1) not in rec.calls
+    victim = journal.load_intents().preemptions[0].victims[0]
+    assert victim.state is VictimState.ENDED
+
+
+def test_already_pending_means_reached(journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("requeue", 1)] = JobAlreadyPending("already pending")
+    s0 = snap(job(1, comment="ckpt:1001"), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, signal())
+    run(ex, s0, requeue(), now=1002.0)
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.REQUEUED
+
+
+def test_gone_job_site_factor_is_reached(journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("set_site_factor", 7)] = JobGone("Invalid job id specified")
+    run(ex, snap(), SetSiteFactor(reason="aging", job_id=7, site_factor=500))
+    assert journal.read_audit()[-1].outcome.startswith("reached")
+
+
+def test_call_cap_defers_and_orders_safety_first(journal: Journal) -> None:
+    ex, rec = make(journal, cap=2)
+    factors = [SetSiteFactor(reason="x", job_id=10 + i, site_factor=i) for i in range(5)]
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, *factors, start())
+    assert rec.calls[0] == ("create_reservation", RESV)
+    assert len(rec.calls) == 2
+
+
+def test_crash_after_signal_is_not_signalled_again(journal: Journal) -> None:
+    ex, _ = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    # Simulate a daemon that wrote the signal step, then died before its outcome.
+    journal.begin_step("signal:1:0", "signal", job_id=1, restart_count=0, preemption_id=PID,
+                       params={"signal": "USR1", "deadline": 1100.0})
+    assert journal.unfinished_steps()
+    ex2, rec2 = make(Journal(journal.path))
+    run(ex2, s0, signal())
+    assert rec2.calls == []
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.SIGNALLED
+    assert not journal.steps(status=STARTED)
+
+
+def test_crash_after_requeue_is_not_requeued_again(journal: Journal) -> None:
+    ex, _ = make(journal)
+    s0 = snap(job(1, comment="ckpt:1001"), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, signal())
+    journal.begin_step("requeue:1:0", "requeue", job_id=1, restart_count=0, preemption_id=PID)
+    after = snap(job(1, JobState.PENDING, restart_count=1), job(3, JobState.PENDING))
+    ex2, rec2 = make(Journal(journal.path))
+    run(ex2, after, requeue(), now=1010.0)
+    assert rec2.calls == []
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.REQUEUED
+
+
+def test_unavailable_slurm_leaves_step_resumable(journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("set_site_factor", 5)] = SlurmUnavailable("down")
+    with pytest.raises(SlurmUnavailable):
+        run(ex, snap(), SetSiteFactor(reason="x", job_id=5, site_factor=1))
+    assert journal.unfinished_steps()[0]["key"] == "sitefactor:5:1"
+
+
+def test_dry_run_calls_nothing_and_keeps_intents(journal: Journal) -> None:
+    rec = Recorder()
+    ex = Executor(rec, journal, Settings(), dry_run=True, clock=lambda: 1000.0)
+    run(ex, snap(job(1), job(3, JobState.PENDING)), start(), signal())
+    assert rec.calls == []
+    assert journal.load_intents().preemptions == ()
+    assert all(r.dry_run for r in journal.read_audit())
+
+
+def test_foreign_reservation_is_never_touched(journal: Journal) -> None:
+    from slurmpolicy.policy.actions import DeleteReservation
+
+    ex, rec = make(journal)
+    run(ex, snap(reservations=(Reservation(name="maint"),)),
+        DeleteReservation(reason="x", name="maint"))
+    assert rec.calls == []
+
+
+def test_usage_decays(journal: Journal) -> None:
+    journal.add_usage({"vision": 1000.0}, now=0.0, half_life=100.0)
+    journal.add_usage({"nlp": 10.0}, now=100.0, half_life=100.0)
+    usage, at = journal.usage()
+    assert usage["vision"] == pytest.approx(500.0)
+    assert usage["nlp"] == pytest.approx(10.0)
+    assert at == 100.0
