@@ -25,9 +25,10 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
         from slurmpolicy.topology import synthetic_fabric
         from slurmpolicy.topology.fabric import Fabric
         from slurmpolicy.topology.fabricfile import read_fabric_file
-    except ImportError:  # topology not installed: numbers only
+    except ImportError as exc:  # topology not installed: numbers only
         if fabric_file:
-            raise ConfigError("--fabric needs slurmpolicy.topology, which is not available")
+            raise ConfigError(
+                "--fabric needs slurmpolicy.topology, which is not available") from exc
         return Hosts.layout(hosts, gpus_per_host, hosts_per_leaf, hosts_per_nvlink,
                             leaves_per_spine), None
     if fabric_file:
@@ -86,8 +87,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
 
-    from slurmpolicy.sim import SlurmModel, TraceRules, replay
-    from slurmpolicy.sim import metrics
+    from slurmpolicy.sim import SlurmModel, TraceRules, metrics
     from slurmpolicy.sim.trace import load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)

@@ -50,7 +50,8 @@ class Hosts:
         gpu_type: str = "h100",
     ) -> Hosts:
         if hosts < 1 or gpus_per_host < 1 or hosts_per_leaf < 1 or hosts_per_nvlink < 1:
-            raise ValueError("hosts, gpus per host, hosts per leaf and per NVLink domain must be >= 1")
+            raise ValueError(
+                "hosts, gpus per host, hosts per leaf and per NVLink domain must be >= 1")
         width = max(2, len(str(hosts)))
         names = [f"{prefix}{i + 1:0{width}d}" for i in range(hosts)]
         leaf = [i // hosts_per_leaf for i in range(hosts)]
@@ -68,7 +69,8 @@ class Hosts:
         from slurmpolicy.topology.types import Level
 
         names = list(fabric.hosts)
-        ids: dict[Level, dict[str, int]] = {lv: {} for lv in (Level.LEAF, Level.NVLINK, Level.SPINE)}
+        levels = (Level.LEAF, Level.NVLINK, Level.SPINE)
+        ids: dict[Level, dict[str, int]] = {lv: {} for lv in levels}
         cols: dict[Level, list[int]] = {lv: [] for lv in ids}
         for h in names:
             for lv in ids:

@@ -74,10 +74,7 @@ class PolicyDriver:
             raise PolicyUnavailable(
                 "the slurmpolicy mode needs slurmpolicy.policy.plan(), which this build lacks;"
                 " use --mode slurm-grace or slurm-requeue") from exc
-        try:
-            from slurmpolicy.policy import apply_to_intents
-        except ImportError:  # pragma: no cover - policy without apply_to_intents
-            apply_to_intents = None
+        from slurmpolicy.policy import apply_to_intents
         self.sim = sim
         self.plan_fn = plan
         self.apply_fn = apply_to_intents
@@ -138,8 +135,7 @@ class PolicyDriver:
         sim.plan_calls += 1
         self.last_plan = sim.now
         self._new_urgent.clear()
-        if self.apply_fn is not None:
-            intents = self.apply_fn(intents, plan, now)
+        intents = self.apply_fn(intents, plan, now)
         self.intents = self._prune(intents, now)
         self.open = bool(self.intents.preemptions)
         for action in plan.actions:

@@ -85,10 +85,36 @@ class SimJob:
     """A job's mutable state in the replay."""
 
     __slots__ = (
-        "spec", "id", "state", "tier", "ckpt", "base", "saving", "origin", "alloc", "run_start", "ver",
-        "eligible", "pend_since", "pending_total", "first_start", "end", "preemptions",
-        "lost_work", "overhead", "site_factor", "begin_time", "resv", "ack", "restarts",
-        "prio", "key", "preempting", "signal_at", "preempt_asked", "runs",
+        "ack",
+        "alloc",
+        "base",
+        "begin_time",
+        "ckpt",
+        "eligible",
+        "end",
+        "first_start",
+        "id",
+        "key",
+        "lost_work",
+        "origin",
+        "overhead",
+        "pend_since",
+        "pending_total",
+        "preempt_asked",
+        "preempting",
+        "preemptions",
+        "prio",
+        "restarts",
+        "resv",
+        "run_start",
+        "runs",
+        "saving",
+        "signal_at",
+        "site_factor",
+        "spec",
+        "state",
+        "tier",
+        "ver",
     )
 
     def __init__(self, spec: TraceJob, tier: int) -> None:
@@ -293,7 +319,8 @@ class Simulator:
                 self.push(t + self.settings.daemon.interval, _DAEMON)
             else:
                 handlers[kind](a, b)
-                if self._progress is not None and kind == _END and self.finished % report_every == 0:
+                if (self._progress is not None and kind == _END
+                        and self.finished % report_every == 0):
                     self._progress(self.finished, total)
         self._account(self.now)
         if busy_at_last_arrival < 0:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmpolicy.sim.engine import DONE, RawResult
+from slurmpolicy.sim.engine import DONE, RawResult, SimJob
 
 CLASS_ORDER = ("production", "research", "experimental")
 
@@ -43,6 +43,10 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
+def _jct(job: SimJob) -> float:
+    return (job.end if job.end is not None else job.spec.submit) - job.spec.submit
+
+
 def summarize(raw: RawResult) -> dict[str, Any]:
     """Plain-data figures of one replay (what --json prints)."""
     done = [j for j in raw.jobs if j.state == DONE and j.end is not None]
@@ -55,7 +59,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         runs = [j.spec.duration for j in js]
         by_class[c] = {
             "wait": _stats(list(waits)),
-            "jct_mean": sum(j.end - j.spec.submit for j in js) / len(js) if js else 0.0,  # type: ignore[operator]
+            "jct_mean": sum(_jct(j) for j in js) / len(js) if js else 0.0,
             "run_mean": sum(runs) / len(runs) if runs else 0.0,
             "wait_to_run": (sum(waits) / sum(runs)) if runs and sum(runs) else 0.0,
             "preemptions": sum(j.preemptions for j in js),
@@ -72,7 +76,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "gpus": total_gpus,
         "wait": _stats(list(waits_all)),
         "by_class": by_class,
-        "jct_mean": sum(j.end - j.spec.submit for j in done) / len(done) if done else 0.0,  # type: ignore[operator]
+        "jct_mean": sum(_jct(j) for j in done) / len(done) if done else 0.0,
         "wait_to_run": (sum(waits_all) / sum(j.spec.duration for j in done)) if done else 0.0,
         "allocation": raw.busy_until_last_arrival / (total_gpus * span),
         "allocation_to_end": raw.busy_gpu_seconds / (total_gpus * max(raw.makespan, 1.0)),
@@ -201,7 +205,8 @@ def render_targets(ours: dict[str, Any], grace: dict[str, Any]) -> Any:
     return table
 
 
-def plot(results: Sequence[RawResult], summaries: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+def plot(results: Sequence[RawResult], summaries: Sequence[dict[str, Any]],
+         out: Path) -> list[Path]:
     """PNG plots into ``out``; raises ImportError when matplotlib is missing."""
     import matplotlib
 

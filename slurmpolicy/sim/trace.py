@@ -148,7 +148,8 @@ def read_philly(
     name, handle = _open(source)
     with handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in PHILLY_COLUMNS[:3] + ("cluster",) if c not in (reader.fieldnames or ())]
+        have = reader.fieldnames or ()
+        missing = [c for c in PHILLY_COLUMNS if c != "gpu_time" and c not in have]
         if missing:
             raise TraceError(
                 f"{name}: not a Philly trace: missing column(s) {', '.join(missing)};"
@@ -192,7 +193,7 @@ def _open(source: str | Path | io.TextIOBase) -> tuple[str, io.TextIOBase]:
         return "<trace>", source
     path = Path(source)
     try:
-        return str(path), open(path, encoding="utf-8", newline="")  # noqa: SIM115
+        return str(path), open(path, encoding="utf-8", newline="")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from exc
 
@@ -265,8 +266,8 @@ def read_sacct(
                 f"{name}:{lineno}: {len(cells)} fields, the header has {len(header)}"
             )
         row = dict(zip(header, cells, strict=False))
-        job_id = row.get("JobIDRaw") or row["JobID"]
-        if "." in job_id:
+        raw_id = row.get("JobIDRaw") or row["JobID"]
+        if "." in raw_id:
             continue  # a step
         row["_line"] = str(lineno)
         raw.append(row)
@@ -361,7 +362,8 @@ class SyntheticSpec:
     max_duration: float = 2 * 86400.0
 
 
-def generate(spec: SyntheticSpec = SyntheticSpec(), rules: TraceRules = TraceRules()) -> list[TraceJob]:
+def generate(spec: SyntheticSpec = SyntheticSpec(),
+             rules: TraceRules = TraceRules()) -> list[TraceJob]:
     """A synthetic trace; the same spec and rules always give the same jobs."""
     rng = random.Random(spec.seed)
     rule_rng = random.Random(rules.seed ^ 0x5EED)

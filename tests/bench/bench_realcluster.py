@@ -23,7 +23,8 @@ GPU allocation while the workload ran, and whether each multi-node run stayed
 within one leaf. A benchmark, not a test: it prints figures and asserts
 nothing about them. Run as root (like the integration tests):
 
-    .venv/bin/python tests/bench/bench_realcluster.py [--modes slurmpolicy,slurm-grace,slurm-requeue]
+    .venv/bin/python tests/bench/bench_realcluster.py \
+        [--modes slurm-requeue,slurm-grace,slurmpolicy] [--timeout S]
 
 Requeued jobs get Slurm's ~2 minute BeginTime; the script makes them eligible
 at once (``scontrol update starttime=now``) in every mode, as the tests do,
@@ -64,7 +65,10 @@ if [ -s "$D/reached.$ID" ]; then
     echo "lost $(( $(cat "$D/reached.$ID") - step ))" >> "$D/lost.$ID"
 fi
 echo "run $(date +%s) $SLURM_JOB_NODELIST" >> "$D/runs.$ID"
-save() { local at=$step; sleep "$SAVE"; echo "$at" > "$D/ckpt.$ID.tmp"; mv "$D/ckpt.$ID.tmp" "$D/ckpt.$ID"; }
+save() {
+    local at=$step; sleep "$SAVE"
+    echo "$at" > "$D/ckpt.$ID.tmp"; mv "$D/ckpt.$ID.tmp" "$D/ckpt.$ID"
+}
 if [ "$ON" = USR1 ]; then
     trap 'save; slurmpolicy ckpt ack >/dev/null 2>&1 || true' USR1
 elif [ "$ON" = TERM ]; then
@@ -247,7 +251,8 @@ def main() -> int:
         results.append(r)
         print(r, flush=True)
     print()
-    print(f"{'mode':<15}{'lost GPU-s':>11}{'undone GPU-s':>13}{'preempt':>9}{'prod wait s':>14}{'GPU alloc':>11}"
+    print(f"{'mode':<15}{'lost GPU-s':>11}{'undone GPU-s':>13}{'preempt':>9}"
+          f"{'prod wait s':>14}{'GPU alloc':>11}"
           f"{'multi in 1 leaf':>17}{'done':>7}{'elapsed':>9}")
     for r in results:
         waits = "/".join(f"{w:.0f}" for w in r["production_wait_s"]) or "-"

@@ -24,8 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from slurmpolicy.settings import Settings
-from slurmpolicy.sim import TraceRules, replay
-from slurmpolicy.sim import metrics
+from slurmpolicy.sim import TraceRules, metrics, replay
 from slurmpolicy.sim.cluster import Hosts
 from slurmpolicy.sim.trace import read_philly
 
@@ -56,9 +55,11 @@ def main() -> int:
         fabric, hosts = None, Hosts.layout(args.hosts, 8, 16)
     settings = Settings()
     t0 = time.perf_counter()
-    trace = read_philly(path, TraceRules(seed=args.seed, load_scale=args.load_scale), args.limit)
+    rules = TraceRules(seed=args.seed, load_scale=args.load_scale)
+    trace = read_philly(path, rules, args.limit)
     console.print(f"read {len(trace):,} jobs in {time.perf_counter() - t0:.1f}s; "
-                  f"{hosts.total_gpus:,} GPUs on {len(hosts.names)} hosts; load x{args.load_scale:g}")
+                  f"{hosts.total_gpus:,} GPUs on {len(hosts.names)} hosts; "
+                  f"load x{args.load_scale:g}")
     summaries = []
     total = 0.0
     cpu = 0.0
@@ -66,7 +67,8 @@ def main() -> int:
         _, s = replay(trace, hosts, mode, settings=settings, fabric=fabric)
         total += s["wall_seconds"]
         cpu += s["cpu_seconds"]
-        console.print(f"{mode:>14}: {s['wall_seconds']:7.1f} s wall, {s['cpu_seconds']:7.1f} s CPU, peak RSS "
+        console.print(f"{mode:>14}: {s['wall_seconds']:7.1f} s wall, "
+                      f"{s['cpu_seconds']:7.1f} s CPU, peak RSS "
                       f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB, "
                       f"{s['events']:,} events, {s['plan_calls']:,} plan() calls")
         summaries.append(s)

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from slurmpolicy.cli import cli
 
-SACCT_DEFAULT = "JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode\n1|a|gpu|x|8|COMPLETED|0:0\n"
+SACCT_DEFAULT = ("JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode\n"
+                 "1|a|gpu|x|8|COMPLETED|0:0\n")
 
 
 def invoke(*args: str) -> tuple[int, str]:

@@ -120,7 +120,8 @@ def test_generator_is_deterministic_for_a_seed() -> None:
 
 def test_synthetic_spec_parsing() -> None:
     spec = parse_synthetic("jobs=10,interarrival=60,accounts=a:b", seed=2)
-    assert (spec.jobs, spec.mean_interarrival, spec.accounts, spec.seed) == (10, 60.0, ("a", "b"), 2)
+    got = (spec.jobs, spec.mean_interarrival, spec.accounts, spec.seed)
+    assert got == (10, 60.0, ("a", "b"), 2)
     with pytest.raises(TraceError, match="unknown key 'bogus'"):
         parse_synthetic("bogus=1", seed=0)
     assert len(load_trace("jobs=5", "synthetic", TraceRules())) == 5
