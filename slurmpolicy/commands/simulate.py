@@ -78,12 +78,16 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
               show_default=True, help="Share of jobs made production when the trace has no class.")
 @click.option("--grace-time", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Slurm's partition GraceTime in slurm-grace mode (seconds).")
+@click.option("--plan-refresh", type=click.FloatRange(min=0), default=300.0,
+              show_default=True,
+              help="slurmpolicy mode: plan at least this often (seconds) when something "
+                   "changed; production arrivals and open preemptions are planned every cycle.")
 @click.pass_context
 def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, seed: int, as_json: bool,
              plot_dir: str | None, limit: int | None, load_scale: float,
-             production_fraction: float, grace_time: float) -> None:
+             production_fraction: float, grace_time: float, plan_refresh: float) -> None:
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
 
@@ -112,7 +116,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     results = []
     summaries = []
     for m in modes:
-        raw, summary = _run_one(trace, table, m, settings, slurm, fabric, err)
+        raw, summary = _run_one(trace, table, m, settings, slurm, fabric, err, plan_refresh)
         results.append(raw)
         summaries.append(summary)
     if as_json:
@@ -143,11 +147,12 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
 
 
 def _run_one(trace: Any, table: Any, mode: str, settings: Any, slurm: Any, fabric: Any,
-             err: Any) -> tuple[Any, dict[str, Any]]:
+             err: Any, plan_refresh: float) -> tuple[Any, dict[str, Any]]:
     from slurmpolicy.sim import replay
 
     if not sys.stderr.isatty():
-        return replay(trace, table, mode, settings=settings, slurm=slurm, fabric=fabric)
+        return replay(trace, table, mode, settings=settings, slurm=slurm, fabric=fabric,
+                      plan_refresh=plan_refresh)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn(f"{mode:>14}"), BarColumn(), TextColumn("{task.completed:,}/"
@@ -159,4 +164,4 @@ def _run_one(trace: Any, table: Any, mode: str, settings: Any, slurm: Any, fabri
             bar.update(task, completed=done)
 
         return replay(trace, table, mode, settings=settings, slurm=slurm, fabric=fabric,
-                      progress=tick)
+                      progress=tick, plan_refresh=plan_refresh)

@@ -30,7 +30,7 @@ __all__ = ["Hosts", "Mode", "RawResult", "SlurmModel", "TraceRules", "replay"]
 def replay(
     trace: Sequence[TraceJob], hosts: Hosts, mode: Mode | str, settings: Settings | None = None,
     slurm: SlurmModel | None = None, fabric: Any = None,
-    progress: Callable[[float, float], None] | None = None,
+    progress: Callable[[float, float], None] | None = None, plan_refresh: float = 300.0,
 ) -> tuple[RawResult, dict[str, Any]]:
     """Replay ``trace`` in ``mode`` on a fresh copy of ``hosts``; the raw result and its figures."""
     from slurmpolicy.sim.metrics import summarize
@@ -42,7 +42,7 @@ def replay(
     started = time.perf_counter()
     cpu = time.process_time()
     sim = Simulator(trace, fresh, mode, settings=settings, slurm=slurm, fabric=fabric,
-                    progress=progress)
+                    progress=progress, plan_refresh=plan_refresh)
     raw = sim.run()
     raw.wall_seconds = time.perf_counter() - started
     raw.cpu_seconds = time.process_time() - cpu

@@ -220,6 +220,7 @@ class Simulator:
         settings: Settings | None = None, slurm: SlurmModel | None = None,
         fabric: Any = None, sample_interval: float = 3600.0,
         progress: Callable[[float, float], None] | None = None,
+        plan_refresh: float = 300.0,
     ) -> None:
         self.mode = Mode(mode)
         self.settings = settings or Settings()
@@ -267,7 +268,7 @@ class Simulator:
         if self.mode is Mode.SLURMPOLICY:
             from slurmpolicy.sim.driver import PolicyDriver
 
-            self.driver = PolicyDriver(self)
+            self.driver = PolicyDriver(self, refresh=plan_refresh)
 
     # --- events ---------------------------------------------------------------------
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:

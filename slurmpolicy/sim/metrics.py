@@ -47,6 +47,13 @@ def _jct(job: SimJob) -> float:
     return (job.end if job.end is not None else job.spec.submit) - job.spec.submit
 
 
+def _busy_allocation(raw: RawResult) -> float | None:
+    """Mean allocation over the samples at which some job was waiting."""
+    s = raw.series
+    vals = [a for a, p in zip(s.allocation, s.pending, strict=True) if p > 0]
+    return sum(vals) / len(vals) if vals else None
+
+
 def summarize(raw: RawResult) -> dict[str, Any]:
     """Plain-data figures of one replay (what --json prints)."""
     done = [j for j in raw.jobs if j.state == DONE and j.end is not None]
@@ -79,6 +86,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "jct_mean": sum(_jct(j) for j in done) / len(done) if done else 0.0,
         "wait_to_run": (sum(waits_all) / sum(j.spec.duration for j in done)) if done else 0.0,
         "allocation": raw.busy_until_last_arrival / (total_gpus * span),
+        "allocation_while_waiting": _busy_allocation(raw),
         "allocation_to_end": raw.busy_gpu_seconds / (total_gpus * max(raw.makespan, 1.0)),
         "fragmentation": sum(frag) / len(frag) if frag else 0.0,
         "preemptions": sum(j.preemptions for j in raw.jobs),
@@ -168,6 +176,7 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     add("job completion time mean", lambda s: s["jct_mean"], _dur)
     add("wait-to-run ratio", lambda s: s["wait_to_run"], "{:.3f}".format)
     add("GPU allocation", lambda s: s["allocation"], pct)
+    add("GPU allocation while jobs wait", lambda s: s["allocation_while_waiting"], pct)
     add("fragmentation index", lambda s: s["fragmentation"], "{:.3f}".format)
     add("preemptions", lambda s: s["preemptions"], "{:,}".format)
     add("GPU-hours lost to preemption", lambda s: s["lost_gpu_hours"], num)

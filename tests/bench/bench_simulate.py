@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=128)
     ap.add_argument("--modes", default="slurmpolicy,slurm-grace,slurm-requeue")
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--plan-refresh", type=float, default=300.0)
     args = ap.parse_args()
     console = Console()
     path = Path(args.trace)
@@ -64,7 +65,8 @@ def main() -> int:
     total = 0.0
     cpu = 0.0
     for mode in args.modes.split(","):
-        _, s = replay(trace, hosts, mode, settings=settings, fabric=fabric)
+        _, s = replay(trace, hosts, mode, settings=settings, fabric=fabric,
+                      plan_refresh=args.plan_refresh)
         total += s["wall_seconds"]
         cpu += s["cpu_seconds"]
         console.print(f"{mode:>14}: {s['wall_seconds']:7.1f} s wall, "
