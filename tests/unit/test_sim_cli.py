@@ -72,3 +72,15 @@ def test_simulate_plots(tmp_path: Path) -> None:
                        "--mode", "slurm-requeue", "--plot", str(tmp_path / "plots"))
     assert code == 0, out
     assert (tmp_path / "plots" / "allocation.png").stat().st_size > 1000
+
+
+def test_simulate_on_a_fabric_file_counts_nvlink_domains() -> None:
+    fabric = Path(__file__).resolve().parents[2] / "contrib" / "fabric.example.toml"
+    code, out = invoke("--format", "synthetic", "--trace", "jobs=150,interarrival=30",
+                       "--fabric", str(fabric), "--mode", "slurm-grace", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["gpus"] > 0 and data["completed"] == 150
+    # NVL72 racks are NVLink domains of many hosts: some multi-node jobs fit in one.
+    assert data["multi_node_jobs"] > 0
+    assert data["multi_node_in_one_nvlink"] is not None
