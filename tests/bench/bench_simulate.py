@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--plan-refresh", type=float, default=300.0)
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 150))
     path = Path(args.trace)
     if not path.exists():
         console.print(f"trace not found: {path} (pass --trace)")
