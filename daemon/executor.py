@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable
@@ -81,6 +82,15 @@ _DEFAULT_RESERVATION = 86400.0
 #: A preemption whose reservation Slurm refused this often is aborted.
 _RESERVE_TRIES = 3
 _RESERVATION_MARGIN = 3600.0
+
+
+#: SlurmUnavailable messages that prove the request never reached slurmctld.
+_NOT_SENT = re.compile(r"connect failure|connection refused|munge|configuration|"
+                       r"unable to establish|not found in", re.IGNORECASE)
+
+
+#: Steps whose repetition would hurt a job: their intent is fsync'd before the call.
+_DURABLE = frozenset({"signal", "requeue", "reserve"})
 
 
 class CallBudgetExhausted(Exception):
@@ -164,11 +174,18 @@ class Executor:
         if self._report.calls >= self._budget:
             raise CallBudgetExhausted
         step = self.journal.begin_step(key, kind, job_id=job_id, restart_count=restart_count,
-                                       preemption_id=preemption_id, params=params)
+                                       preemption_id=preemption_id, params=params,
+                                       durable=kind in _DURABLE)
         self._report.calls += 1
         try:
             fn()
-        except SlurmUnavailable:
+        except SlurmUnavailable as exc:
+            # When the request surely never reached slurmctld, say so: the step
+            # may then be retried. A timeout is ambiguous and stays ``started``,
+            # for reconcile() to judge from the next snapshot.
+            text = f"{exc} {exc.slurm_message}"
+            if _NOT_SENT.search(text):
+                self.journal.finish_step(step, FAILED, f"not sent: {exc}")
             raise
         except reached as exc:
             self.journal.finish_step(step, REACHED, f"{type(exc).__name__}: {exc}")
@@ -468,7 +485,10 @@ class Executor:
         return status, msg
 
     def _cleanup_orphans(self, snapshot: Snapshot) -> None:
+        in_use = {p["reservation"] for p in self.journal.preemptions(open_only=True)}
         for row in self.journal.reservations("orphan"):
+            if row["name"] in in_use:
+                continue  # a new preemption of the same job took the name over
             resv = snapshot.reservation(row["name"])
             if resv is None:
                 self.journal.set_reservation_state(row["name"], "deleted")
@@ -520,17 +540,22 @@ class Executor:
             name=a.reservation, nodes=tuple(a.nodes), start_time=now,
             duration_minutes=max(1, math.ceil(duration / 60)),
             users=(a.user or beneficiary.user,), flags=RESERVATION_FLAGS)
-        self._reserve(a.preemption_id, spec, a.beneficiary)
+        self._reserve(a.preemption_id, spec, a.beneficiary, snapshot)
         self._audit(a, a.kind, a.reason,
                     "ok" if self.journal.preemption(a.preemption_id)["state"]  # type: ignore[index]
                     == PreemptionState.RESERVED.value else "ok: reservation pending",
                     job_id=a.beneficiary, jobs=jobs, detail=_describe(a))
 
-    def _reserve(self, pid: str, spec: ReservationSpec, beneficiary: int) -> None:
+    def _reserve(self, pid: str, spec: ReservationSpec, beneficiary: int,
+                 snapshot: Snapshot) -> None:
+        """Reserve the beneficiary's nodes; an existing reservation of that name
+        (left by an earlier preemption of the same job) is moved, not adopted."""
         assert self.client is not None
         client = self.client
-        status, msg = self._call(f"reserve:{pid}", "reserve",
-                                 lambda: client.create_reservation(spec), job_id=beneficiary,
+        exists = snapshot.reservation(spec.name) is not None
+        fn = (lambda: client.update_reservation(spec)) if exists else (
+            lambda: client.create_reservation(spec))
+        status, msg = self._call(f"reserve:{pid}", "reserve", fn, job_id=beneficiary,
                                  preemption_id=pid,
                                  params={"name": spec.name, "nodes": list(spec.nodes)})
         if status == OK:
@@ -673,7 +698,13 @@ class Executor:
             for p in self.journal.preemptions(open_only=True):
                 if p["state"] != PreemptionState.PLANNED.value:
                     continue
-                if snapshot.reservation(p["reservation"]) is not None:
+                existing = snapshot.reservation(p["reservation"])
+                if existing is not None and \
+                        set(existing.nodes) == set(_json_list(p["nodes"])):
+                    # Made by a step whose outcome a dead daemon did not record.
+                    self.journal.record_reservation(
+                        existing.name, int(p["beneficiary"]), existing.nodes,
+                        existing.start_time or now, 0.0, state="preemption")
                     self.journal.set_preemption_state(p["preemption_id"], PreemptionState.RESERVED)
                     continue
                 beneficiary = snapshot.job(int(p["beneficiary"]))
@@ -693,7 +724,7 @@ class Executor:
                     name=p["reservation"], nodes=tuple(_json_list(p["nodes"])), start_time=now,
                     duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),
                     users=(beneficiary.user,), flags=RESERVATION_FLAGS)
-                self._reserve(p["preemption_id"], spec, int(p["beneficiary"]))
+                self._reserve(p["preemption_id"], spec, int(p["beneficiary"]), snapshot)
         except CallBudgetExhausted:
             pass
 

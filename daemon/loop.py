@@ -127,6 +127,7 @@ class Daemon:
         self._failures = 0
         self.cycles = 0
         self._last_watchdog = 0.0
+        self._last_prune = 0.0
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -193,7 +194,14 @@ class Daemon:
             log.info("slurmpolicy daemon started%s, state %s", mode, self.state_dir)
             status = 0
             while not self.stopping:
-                result = self.cycle()
+                try:
+                    result = self.cycle()
+                except Exception as exc:
+                    # A bug in a planner or adapter must not stop the daemon: the
+                    # journal is consistent after every step, so back off and retry.
+                    log.exception("cycle %d failed unexpectedly", self.cycles)
+                    result = self._fail("error", f"internal error: {exc!r}", time.monotonic())
+                self._prune()
                 self.notifier.status(self._status_line(result))
                 if once:
                     status = 0 if result.result == "ok" else 1
@@ -205,6 +213,19 @@ class Daemon:
         finally:
             self.close()
             self.notifier.close()
+
+    def _prune(self) -> None:
+        """Once an hour (and at the first cycle): drop old metrics and steps."""
+        if self.journal is None or self.dry_run:
+            return
+        now = time.monotonic()
+        if self._last_prune and now - self._last_prune < 3600:
+            return
+        self._last_prune = now
+        try:
+            self.journal.prune(self.clock() - self.settings.daemon.keep_history)
+        except Exception as exc:  # pruning is housekeeping; never fatal
+            log.warning("journal not pruned: %s", exc)
 
     def _status_line(self, r: CycleResult) -> str:
         mode = "dry run, " if self.dry_run else ""

@@ -161,6 +161,9 @@ class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     max_slurm_calls_per_cycle: PositiveInt = 100
     #: Longest back-off after Slurm failures.
     max_backoff: Seconds = 300.0
+    #: Metrics history and finished journal steps older than this are pruned
+    #: (the audit is kept).
+    keep_history: Seconds = 30 * 86400.0
 
 
 class Metrics(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -235,6 +238,7 @@ _DURATION_KEYS = {
     ("preemption", "default_grace"), ("preemption", "restart_cost"),
     ("preemption", "beneficiary_start_timeout"), ("reservations", "default_duration"),
     ("daemon", "interval"), ("daemon", "max_snapshot_age"), ("daemon", "max_backoff"),
+    ("daemon", "keep_history"),
     ("slurm", "command_timeout"),
 }
 

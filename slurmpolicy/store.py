@@ -90,6 +90,7 @@ class Journal:
         self.path = target
         self.read_only = read_only
         self._clock = clock
+        self._full = False
         if read_only:
             if not target.exists():
                 raise ConfigError(f"{target}: no journal here (has the daemon run?)")
@@ -106,8 +107,11 @@ class Journal:
         self.db = sqlite_utils.Database(conn)
         if not read_only:
             self.db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a step row must be on disk before the Slurm call it announces.
-            self.db.execute("PRAGMA synchronous=FULL")
+            # NORMAL in WAL mode: every commit survives a crash of the daemon
+            # (SIGKILL included); only an OS crash may lose the last ones. Steps
+            # whose repetition would matter (signal, requeue) are written FULL:
+            # on disk before the call, whatever happens.
+            self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         else:
             version = self.schema_version()
@@ -212,11 +216,21 @@ class Journal:
         return float(self._clock())
 
     # ------------------------------------------------------------ side effects
+    def _synchronous(self, full: bool) -> None:
+        if full != self._full:
+            self.db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+            self._full = full
+
     def begin_step(self, key: str, kind: str, *, job_id: int | None = None,
                    restart_count: int | None = None, preemption_id: str | None = None,
-                   params: Mapping[str, Any] | None = None) -> int:
-        """Write the intent of one Slurm call; returns its id. Call BEFORE the call."""
+                   params: Mapping[str, Any] | None = None, durable: bool = False) -> int:
+        """Write the intent of one Slurm call; returns its id. Call BEFORE the call.
+
+        ``durable``: fsync'd before returning, so that even a power loss
+        cannot hide that the call may have been made.
+        """
         table = self.db.table("steps")
+        self._synchronous(durable)
         table.insert({
             "key": key, "kind": kind, "job_id": job_id, "restart_count": restart_count,
             "preemption_id": preemption_id, "params": json.dumps(dict(params or {})),
@@ -225,6 +239,7 @@ class Journal:
         return int(table.last_pk)  # type: ignore[arg-type]
 
     def finish_step(self, step_id: int, status: str, error: str = "") -> None:
+        self._synchronous(False)
         self.db.table("steps").update(step_id, {"status": status, "error": error or None,
                                           "finished_at": self.now()})
 

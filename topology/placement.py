@@ -153,11 +153,27 @@ class _Search:
         # Inside an NVLink domain: group by leaf, then hosts.
         return fab._dom[Level.LEAF], Level.HOST
 
-    def _group_key(self, grp: list[int]) -> tuple[int, int, int]:
+    def _keyer(self, groups: list[list[int]]) -> Callable[[list[int]], tuple[float, int, int, int]]:
+        """Order of equally large groups: the one cheaper inside (fewer switch
+        hops, more NVLink) first, then fewer degraded, more preferred hosts.
+        The inside cost is only worked out where sizes tie."""
+        sizes: dict[int, int] = {}
+        for grp in groups:
+            sizes[len(grp)] = sizes.get(len(grp), 0) + 1
+        # With one host per NVLink domain, equal groups cost nearly the same
+        # inside; the sum is only worth its time where NVLink spans hosts.
+        tied = ({size for size, count in sizes.items() if count > 1}
+                if self.fab._multi_host_nvlink else set())
         key = self.key
-        degraded = sum(key[i][0] for i in grp)
-        preferred = sum(1 - key[i][1] for i in grp)
-        return degraded, -preferred, grp[0]
+        cost = self.fab._cost
+
+        def group_key(grp: list[int]) -> tuple[float, int, int, int]:
+            inside = cost(grp) if len(grp) in tied else 0.0
+            degraded = sum(key[i][0] for i in grp)
+            preferred = sum(1 - key[i][1] for i in grp)
+            return inside, degraded, -preferred, grp[0]
+
+        return group_key
 
     def select(self, pool: list[int], n: int, level: Level) -> list[int]:
         """n hosts of ``pool`` (all in one domain at ``level``), spanning the
@@ -174,7 +190,7 @@ class _Search:
         groups = list(grouped.values())
         if len(groups) == 1:
             return self.select(pool, n, child_level)
-        gk: Callable[[list[int]], tuple[int, int, int]] = self._group_key
+        gk = self._keyer(groups)
         fits = [grp for grp in groups if len(grp) >= n]
         if fits:
             best = min(fits, key=lambda grp: (len(grp), *gk(grp)))
@@ -200,7 +216,7 @@ class _Search:
         grouped: dict[int, list[int]] = {}
         for i in pool:
             grouped.setdefault(col[i], []).append(i)
-        gk = self._group_key
+        gk = self._keyer(list(grouped.values()))
         ordered = sorted(grouped.values(), key=lambda grp: (-len(grp), *gk(grp)))
         taken: list[int] = []
         remaining = n

@@ -18,6 +18,7 @@ import click
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.durations import parse_duration
+from slurmpolicy.errors import SlurmPolicyError
 
 
 def _settings(ctx: click.Context) -> tuple[settings_mod.Settings, str | None]:
@@ -89,6 +90,57 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
     runner = Daemon(loaded, settings_path=path, dry_run=dry_run,
                     serve_metrics=not no_metrics)
     return runner.run(once=once)
+
+
+@daemon.command("status")
+@click.option("--state-dir", default=None, help="Journal directory (default daemon.state_dir).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, state_dir: str | None, as_json: bool) -> int:
+    """Whether a daemon runs on the state directory, its last cycle, open preemptions.
+
+    Exit status 0 when a daemon holds the state directory, 1 otherwise.
+    """
+    from pathlib import Path
+
+    from slurmpolicy.daemon.lock import LOCK_NAME, StateLock
+
+    directory = Path(state_dir or _settings(ctx)[0].daemon.state_dir)
+    running: int | None = None
+    probe = StateLock(directory)
+    if (directory / LOCK_NAME).exists():
+        try:
+            probe.acquire()
+        except SlurmPolicyError:
+            text = (directory / LOCK_NAME).read_text().strip()
+            running = int(text) if text.isdigit() else -1
+        else:
+            probe.release()
+    journal = _journal(ctx, str(directory))
+    cycles = journal.metric_history("slurmpolicy_cycle_seconds")
+    last = cycles[-1][0] if cycles else None
+    open_ = journal.preemptions(open_only=True)
+    in_flight: list[dict[str, Any]] = [
+            {"preemption_id": p["preemption_id"], "beneficiary": p["beneficiary"],
+             "state": p["state"],
+             "victims": [{"job_id": v["job_id"], "restart_count": v["restart_count"],
+                          "state": v["state"]} for v in journal.victims_of(p["preemption_id"])]}
+        for p in open_]
+    data = {"state_dir": str(directory), "running_pid": running, "last_cycle_at": last,
+            "open_preemptions": in_flight}
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        who = f"running (pid {running})" if running else "not running"
+        click.echo(f"daemon    {who} on {directory}")
+        click.echo(f"last cycle {_fmt(last) + ' UTC' if last else 'never'}")
+        if not open_:
+            click.echo("preemptions in flight: none")
+        for p in in_flight:
+            victims = ", ".join(f"{v['job_id']} ({v['state']})" for v in p["victims"])
+            click.echo(f"preemption {p['preemption_id']} for job {p['beneficiary']}: "
+                       f"{p['state']}; victims {victims}")
+    return 0 if running else 1
 
 
 @click.command("log")

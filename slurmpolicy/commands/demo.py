@@ -256,6 +256,17 @@ class Demo:
         printer.flush()
         return self.show(every, production, large, preempted, reserved)
 
+    def top(self) -> None:
+        """End in the live inspector on the demo's cluster and journal (q quits)."""
+        from slurmpolicy import settings as settings_mod
+        from slurmpolicy.slurm.jsoncli import JsonCliClient
+        from slurmpolicy.tui import run_top
+
+        click.echo("\nopening `slurmpolicy top` (q quits; `slurmpolicy demo --down` cleans up)")
+        time.sleep(1)
+        run_top(settings=settings_mod.load(self.settings),
+                client=JsonCliClient(env=self.cluster.env()), journal=self.state)
+
     def show_reservations(self) -> None:
         out = self.slurm("scontrol", "show", "reservation", "-o", check=False)
         for line in out.splitlines():
@@ -327,7 +338,9 @@ class Demo:
 @click.option("--dir", "root", type=click.Path(file_okay=False), default=None,
               help=f"Demo directory (default $SLURMPOLICY_DEMO_DIR or {DEFAULT_DIR}).")
 @click.option("--json", "as_json", is_flag=True, help="With --down: print what was removed.")
-def demo(down: bool, timeout: float, root: str | None, as_json: bool) -> int:
+@click.option("--top/--no-top", "top", default=None,
+              help="End in the live `slurmpolicy top` view (default: when run in a terminal).")
+def demo(down: bool, timeout: float, root: str | None, as_json: bool, top: bool | None) -> int:
     """A local GPU cluster, the plugin and the daemon, and a workload that shows
     a checkpoint-first preemption and a compact reservation."""
     the = Demo(Path(root).absolute() if root else demo_dir())
@@ -337,7 +350,12 @@ def demo(down: bool, timeout: float, root: str | None, as_json: bool) -> int:
             click.echo(json.dumps({"removed": str(the.root)}))
         return 0
     the.up()
-    return the.run(timeout)
+    rc = the.run(timeout)
+    if top is None:
+        top = sys.stdin.isatty() and sys.stdout.isatty()
+    if top:
+        the.top()
+    return rc
 
 
 __all__: list[Any] = ["demo"]

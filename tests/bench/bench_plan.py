@@ -18,6 +18,8 @@ import math
 import random
 import time
 import tracemalloc
+
+import pytest
 from types import MappingProxyType
 
 from slurmpolicy.model import Job, JobState, Node, Partition, Snapshot
@@ -26,6 +28,8 @@ from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.scenario import directives
 from slurmpolicy.settings import from_mapping
 from slurmpolicy.topology import synthetic_fabric
+
+pytestmark = pytest.mark.bench
 
 NOW = 1_800_000_000.0
 CLASSES = ["production", "research", "research", "experimental"]
@@ -164,9 +168,6 @@ def main(sizes: list[float]) -> None:
 
 
 def test_bench_plan() -> None:  # pragma: no cover - run with -s to see the figures
-    import pytest
-
-    pytest.importorskip("tracemalloc")
     main([0.5, 1.0, 2.0])
 
 

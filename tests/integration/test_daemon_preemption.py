@@ -39,7 +39,7 @@ def _preemption(runner: DaemonRunner, timeout: float = 60) -> dict[str, object]:
             return None
         return rows[0] if rows else None
 
-    return wait_for(probe, timeout, "a preemption in the journal")  # type: ignore[no-any-return]
+    return wait_for(probe, timeout, "a preemption in the journal")
 
 
 def test_checkpoint_first_preemption_end_to_end(cluster: LiveCluster,

@@ -50,7 +50,7 @@ def _victim_of(runner: DaemonRunner, timeout: float = 60) -> int:
         except Exception:
             return None
 
-    return wait_for(probe, timeout, "a victim in the journal")  # type: ignore[no-any-return]
+    return wait_for(probe, timeout, "a victim in the journal")
 
 
 def _stays(probe: object, seconds: float) -> None:

@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from slurmpolicy.daemon.lock import AlreadyRunning, StateLock
 from slurmpolicy.daemon.loop import Daemon
 from slurmpolicy.daemon.notify import Notifier
-
 from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.job import merge_ack
 from slurmpolicy.jobpolicy import last_checkpoint
@@ -124,7 +124,7 @@ def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool =
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=5,
                                               max_backoff=40, max_snapshot_age=60),
                         metrics=Metrics(enabled=False))
-    d = Daemon(settings, client=client, planner=planner,  # type: ignore[arg-type]
+    d = Daemon(settings, client=client, planner=planner,
                fabric_loader=lambda s, st: None, clock=lambda: now, dry_run=dry_run)
     d.open()
     return d
@@ -175,3 +175,111 @@ def test_dry_run_cycle_changes_nothing(tmp_path: Path) -> None:
         d.close()
     assert client.calls == []
     assert Journal(tmp_path, read_only=True).read_audit()[-1].outcome == "dry-run"
+
+
+def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
+    import signal as signal_mod
+
+    fabric_file = tmp_path / "fabric.toml"
+    fabric_file.write_text("# v1\n")
+    settings_file = tmp_path / "s.toml"
+    settings_file.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\n'
+                             f'[fabric]\nfabric_file = "{fabric_file}"\n'
+                             '[metrics]\nenabled = false\n')
+    from slurmpolicy import settings as settings_mod
+
+    loads: list[int] = []
+
+    def loader(snapshot: Snapshot, settings: Settings) -> object:
+        loads.append(1)
+        return object()
+
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    client = FakeClient([fresh] * 5)
+    d = Daemon(settings_mod.load(settings_file), settings_path=str(settings_file),
+               client=client, planner=lambda *a: Plan(), fabric_loader=loader,
+               clock=lambda: 1000.0)
+    d.open()
+    try:
+        d.cycle()
+        d.cycle()
+        assert len(loads) == 1  # unchanged sources: the fabric is kept
+        os.utime(fabric_file, (2e9, 2e9))
+        d.cycle()
+        assert len(loads) == 2
+        settings_file.write_text(settings_file.read_text().replace("interval = 5",
+                                                                   "interval = 7"))
+        d._on_hup(signal_mod.SIGHUP, None)
+        d.cycle()
+        assert len(loads) == 3 and d.settings.daemon.interval == 7
+        settings_file.write_text("[daemon\n")  # a bad file on reload keeps the old settings
+        d._on_hup(signal_mod.SIGHUP, None)
+        assert d.cycle().result == "ok" and d.settings.daemon.interval == 7
+    finally:
+        d.close()
+
+
+def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
+    from slurmpolicy.settings import from_mapping
+
+    assert from_mapping({"daemon": {"keep_history": "7d"}}).daemon.keep_history == 7 * 86400
+    j = Journal(tmp_path)
+    j.record_metrics([("slurmpolicy_gpus", {"state": "idle"}, 1.0)], at=100.0)
+    j.record_metrics([("slurmpolicy_gpus", {"state": "idle"}, 2.0)], at=900.0)
+    j.finish_step(j.begin_step("sitefactor:1:1", "sitefactor"), "ok")
+    j.prune(older_than=500.0)
+    assert [v for _, _, v in j.metric_history("slurmpolicy_gpus")] == [2.0]
+
+
+def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> None:
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+
+    def broken(*args: object) -> Plan:
+        raise KeyError("bug")
+
+    d = _daemon(tmp_path, FakeClient([fresh]), broken)
+    d.close()
+    d.settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=0.01),
+                          metrics=Metrics(enabled=False))
+    calls = []
+    original = d.cycle
+
+    def cycle() -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            d.request_stop()
+        return original()
+
+    d.cycle = cycle
+    assert d.run() == 0
+    assert len(calls) == 2
+
+
+def test_daemon_status_log_and_report_commands(tmp_path: Path) -> None:
+    from slurmpolicy.cli import main
+
+    journal = Journal(tmp_path)
+    journal.open_preemption("p1", 3, ["gpu01"], "spolicy_pre_3", [(1, 0, 8)], "prod needs it")
+    journal.audit("StartPreemption", "prod needs it", "ok", job_id=3, jobs=(1,), at=1000.0)
+    journal.record_metrics([("slurmpolicy_cycle_seconds", {}, 0.5),
+                            ("slurmpolicy_requeues", {}, 1.0)], at=1000.0)
+
+    def cli(*args: str) -> tuple[int, str]:
+        out = subprocess.run([sys.executable, "-m", "slurmpolicy.cli", *args],
+                             capture_output=True, text=True, check=False)
+        return out.returncode, out.stdout + out.stderr
+
+    code, out = cli("daemon", "status", "--state-dir", str(tmp_path))
+    assert code == 1 and "not running" in out and "preemption p1 for job 3" in out
+    with StateLock(tmp_path):
+        code, out = cli("daemon", "status", "--state-dir", str(tmp_path), "--json")
+        assert code == 0 and f'"running_pid": {os.getpid()}' in out
+    code, out = cli("log", "--state-dir", str(tmp_path), "--job", "1", "--since", "1970-01-01")
+    assert code == 0 and "StartPreemption" in out and "prod needs it" in out
+    code, out = cli("report", "--state-dir", str(tmp_path), "--since", "1970-01-01T00:00", "--json")
+    assert code == 0 and '"requeues": 1.0' in out
+    code, out = cli("log", "--state-dir", str(tmp_path), "--since", "yesterday-ish")
+    assert code == 2 and "use an ISO time" in out
+    code, out = cli("log", "--state-dir", str(tmp_path / "none"))
+    assert code == 2 and "no journal here" in out
+    assert main is not None

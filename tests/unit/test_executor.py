@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from slurmpolicy.daemon.executor import Executor
 
-from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmUnavailable
+from slurmpolicy.daemon.executor import Executor
+from slurmpolicy.errors import JobAlreadyPending, JobGone, ReservationError, SlurmUnavailable
 from slurmpolicy.model import Job, JobState, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
     FinishPreemption,
@@ -129,6 +129,16 @@ def test_journal_is_wal_and_versioned(journal: Journal) -> None:
     assert journal.schema_version() == 1
     ro = Journal(journal.path, read_only=True)
     assert ro.load_intents().preemptions == ()
+
+
+def test_signal_and_requeue_intents_are_fsynced(journal: Journal) -> None:
+    def level() -> int:
+        return int(next(iter(journal.db.query("PRAGMA synchronous")))["synchronous"])
+
+    journal.begin_step("sitefactor:1:1", "sitefactor")
+    assert level() == 1  # NORMAL: survives the daemon's death, cheap
+    journal.begin_step("signal:1:0", "signal", durable=True)
+    assert level() == 2  # FULL: on disk before the signal is sent
 
 
 def test_full_preemption_story(journal: Journal) -> None:
@@ -250,10 +260,24 @@ def test_crash_after_requeue_is_not_requeued_again(journal: Journal) -> None:
 
 def test_unavailable_slurm_leaves_step_resumable(journal: Journal) -> None:
     ex, rec = make(journal)
-    rec.fail[("set_site_factor", 5)] = SlurmUnavailable("down")
+    rec.fail[("set_site_factor", 5)] = SlurmUnavailable("`scontrol update` gave no answer")
     with pytest.raises(SlurmUnavailable):
         run(ex, snap(), SetSiteFactor(reason="x", job_id=5, site_factor=1))
     assert journal.unfinished_steps()[0]["key"] == "sitefactor:5:1"
+
+
+def test_signal_that_never_left_is_sent_after_all(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    rec.fail[("signal", 1)] = SlurmUnavailable(
+        "scancel: error: Unable to contact slurm controller (connect failure)")
+    with pytest.raises(SlurmUnavailable):
+        run(ex, s0, signal())
+    del rec.fail[("signal", 1)]
+    run(ex, s0, signal())  # the first one provably never reached Slurm
+    assert rec.calls.count(("signal", 1)) == 2
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.SIGNALLED
 
 
 def test_dry_run_calls_nothing_and_keeps_intents(journal: Journal) -> None:
@@ -281,3 +305,83 @@ def test_usage_decays(journal: Journal) -> None:
     assert usage["vision"] == pytest.approx(500.0)
     assert usage["nlp"] == pytest.approx(10.0)
     assert at == 100.0
+
+
+def test_signal_waits_for_the_reservation(journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("create_reservation", RESV)] = ReservationError("Requested nodes are busy")
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start())
+    assert journal.preemption(PID)["state"] == "planned"  # type: ignore[index]
+    run(ex, s0, signal())
+    assert ("signal", 1) not in rec.calls  # never before the nodes are reserved
+    # carry_on retries the reservation; once Slurm refused three times, it gives up.
+    run(ex, s0)
+    run(ex, s0)
+    assert rec.calls.count(("create_reservation", RESV)) == 3
+    assert journal.preemption(PID)["state"] == "aborted"  # type: ignore[index]
+
+
+def test_no_checkpoint_victim_requeued_without_signal(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment="spolicy:v1 class=experimental ckpt=none"),
+              job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
+                        restart_count=0, after="no-checkpoint"))
+    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+
+
+def test_no_checkpoint_requeue_refused_for_a_job_that_can_checkpoint(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment="spolicy:v1 ckpt=signal:USR1,grace=60"),
+              job(3, JobState.PENDING))
+    run(ex, s0, start())
+    run(ex, s0, Requeue(reason="x", preemption_id=PID, job_id=1, restart_count=0,
+                        after="no-checkpoint"))
+    assert ("requeue", 1) not in rec.calls
+
+
+def test_busy_reservation_deleted_once_unused(journal: Journal) -> None:
+    from slurmpolicy.policy.actions import DeleteReservation
+
+    ex, rec = make(journal)
+    resv = (Reservation(name=RESV, nodes=("gpu01",)),)
+    busy = snap(job(3, reservation=RESV), reservations=resv)
+    delete = DeleteReservation(reason="beneficiary started", name=RESV, job_id=3)
+    run(ex, busy, delete)
+    run(ex, busy, delete)
+    assert rec.calls == []
+    assert [r.outcome for r in journal.read_audit()].count(
+        "deferred: in use by job 3; deleted once it ends") == 1
+    run(ex, snap(job(3, JobState.COMPLETED), reservations=resv))
+    assert rec.calls == [("delete_reservation", RESV)]
+    assert journal.reservation_state(RESV) == "deleted"
+
+
+def test_repeated_annotation_audited_once(journal: Journal) -> None:
+    from slurmpolicy.policy.actions import Annotate
+
+    ex, _ = make(journal)
+    for _ in range(3):
+        run(ex, snap(), Annotate(reason="waits for gpu01", job_id=4))
+    run(ex, snap(), Annotate(reason="waits for gpu02", job_id=4))
+    assert [r.reason for r in journal.read_audit()] == ["waits for gpu01", "waits for gpu02"]
+
+
+def test_log_filters_by_job_and_time(journal: Journal) -> None:
+    journal.audit("StartPreemption", "x", "ok", job_id=3, jobs=(1, 2), at=100.0)
+    journal.audit("SetSiteFactor", "y", "ok", job_id=12, at=200.0)
+    assert [r.kind for r in journal.read_audit(job_id=2)] == ["StartPreemption"]
+    assert [r.kind for r in journal.read_audit(job_id=1)] == ["StartPreemption"]
+    assert journal.read_audit(job_id=21) == []
+    assert [r.kind for r in journal.read_audit(since=150.0)] == ["SetSiteFactor"]
+    assert [r.kind for r in journal.read_audit(limit=1)] == ["SetSiteFactor"]
+
+
+def test_leftover_reservation_of_the_same_name_is_moved(journal: Journal) -> None:
+    ex, rec = make(journal)
+    old = (Reservation(name=RESV, nodes=("gpu05",)),)
+    run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old), start())
+    assert rec.calls == [("update_reservation", RESV)]
+    assert journal.preemption(PID)["state"] == "reserved"  # type: ignore[index]

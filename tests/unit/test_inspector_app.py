@@ -36,7 +36,7 @@ class FixedFeed:
         self.reads += 1
         frame = self.frames[0] if len(self.frames) == 1 else self.frames.pop(0)
         # A new read is a new object even when nothing changed.
-        return replace(frame, snapshot=replace(frame.snapshot, _index={}))
+        return replace(frame, snapshot=replace(frame.snapshot))
 
     def explain(self, frame: Frame, job_id: int) -> Explanation:
         job = frame.snapshot.job(job_id)
@@ -55,7 +55,7 @@ def drive(app: TopApp, size: tuple[int, int],
     asyncio.run(main())
 
 
-async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_for(pilot: Pilot[None], cond: Callable[[], bool], timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():

@@ -170,6 +170,6 @@ def test_data_is_never_read_as_markup() -> None:
     jobs = tuple(replace(j, reason="[red]Boom[/red]", user="[b]eve")
                  if j.job_id == 9 else j for j in frame.snapshot.jobs)
     # Snapshot._index is an init field: start it afresh with the new jobs.
-    frame = replace(frame, snapshot=replace(frame.snapshot, jobs=jobs, _index={}))
+    frame = replace(frame, snapshot=replace(frame.snapshot, jobs=jobs))
     text = render(views.queue_view(frame, order_queue(frame, Filters()), width=120), 120)
     assert "[red]Boom[/red]" in text and "[b]eve" in text

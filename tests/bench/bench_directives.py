@@ -2,7 +2,7 @@
 slurmctld runs it, lua5.3 and liblua5.1) and in Python. Prints figures;
 asserts nothing about time.
 
-    pytest tests/bench/test_directives_bench.py -s
+    pytest tests/bench/bench_directives.py -s
 """
 
 from __future__ import annotations
