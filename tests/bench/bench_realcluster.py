@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -52,6 +54,8 @@ from tests.integration.daemon_support import (  # noqa: E402
     write_settings,
 )
 from tests.integration.slurmtools import LiveCluster, job_user  # noqa: E402
+
+pytestmark = pytest.mark.bench
 
 JOB = r"""#!/bin/bash
 #SBATCH --requeue
@@ -238,11 +242,11 @@ def expand(text: str) -> list[str]:
     return list(hl(text))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="slurmpolicy vs Slurm alone on a dev cluster")
     ap.add_argument("--modes", default="slurm-requeue,slurm-grace,slurmpolicy")
     ap.add_argument("--timeout", type=float, default=240.0, help="per mode, seconds")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     job_user()
     results = []
     for mode in args.modes.split(","):
@@ -261,6 +265,10 @@ def main() -> int:
               f"{waits:>14}{r['gpu_allocation']:>11.0%}{r['multi_node_runs_in_one_leaf']:>17}"
               f"{str(r['finished']) + '/' + str(r['jobs']):>7}{r['elapsed_s']:>8}s")
     return 0
+
+
+def test_bench_realcluster() -> None:  # pragma: no cover - run with -s to see the figures
+    main([])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ slurmpolicy vs slurm-grace vs slurm-requeue, then the issue's targets
 (reported, never asserted). Run:
 
     python tests/bench/bench_simulate.py [--limit N] [--load-scale X] [--seed S] [--json FILE]
+    scripts/bench tests/bench/bench_simulate.py     # the same, through pytest
 
 Targets (issue 8): both modes under 5 minutes together and under 2 GB on the
 2-core build machine; versus slurm-grace, GPU-hours lost to preemption >= 90%
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from slurmpolicy.settings import Settings
@@ -28,10 +30,12 @@ from slurmpolicy.sim import TraceRules, metrics, replay
 from slurmpolicy.sim.cluster import Hosts
 from slurmpolicy.sim.trace import read_philly
 
+pytestmark = pytest.mark.bench
+
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly-2017-09-10.csv"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=str(TRACE))
     ap.add_argument("--limit", type=int, default=None)
@@ -41,7 +45,7 @@ def main() -> int:
     ap.add_argument("--modes", default="slurmpolicy,slurm-grace,slurm-requeue")
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--plan-refresh", type=float, default=300.0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     console = Console(width=max(Console().width, 150))
     path = Path(args.trace)
     if not path.exists():
@@ -86,6 +90,10 @@ def main() -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summaries, indent=2, sort_keys=True))
     return 0
+
+
+def test_bench_simulate() -> None:  # pragma: no cover - run with -s to see the figures
+    main([])
 
 
 if __name__ == "__main__":
