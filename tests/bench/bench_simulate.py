@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-scale", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hosts", type=int, default=128)
-    ap.add_argument("--modes", default="slurmpolicy,slurm-grace,slurm-requeue")
+    ap.add_argument("--modes", default="slurmpolicy,slurm-requeue,slurm-grace")
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--plan-refresh", type=float, default=300.0)
     args = ap.parse_args(argv)

@@ -126,3 +126,13 @@ def test_slurmpolicy_checkpoint_first_preemption_loses_no_work_beyond_the_save()
     assert grace.by_id[1].lost_work > 10 * victim.lost_work
     assert high.first_start is not None and high.first_start - 4000 < 4 * 30 + 60
     assert sim.plan_calls > 0
+
+
+def test_multi_node_job_spans_leaves_when_no_leaf_has_room() -> None:
+    # Four whole-host jobs fill hosts 1-4; the first of each leaf ends early.
+    trace = [job(1, 0, 8, 100, 3600), job(2, 0, 8, 5000, 9000),
+             job(3, 0, 8, 100, 3600), job(4, 0, 8, 5000, 9000),
+             job(5, 200, 8, 100, 3600, nodes=2)]
+    sim = run(trace, "slurm-grace", hosts=4)
+    assert sim.by_id[5].first_start == 200.0
+    assert sim.multi == [1, 0, 0]
