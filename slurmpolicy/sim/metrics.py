@@ -145,7 +145,7 @@ def _dur(seconds: float) -> str:
     """Waits are compared at the seconds scale: ``45s``, ``2m05s``, then ``3h05m``."""
     from slurmpolicy.durations import humanize
 
-    s = int(round(seconds))
+    s = round(seconds)
     if 60 <= s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return humanize(seconds)
