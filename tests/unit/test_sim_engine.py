@@ -101,7 +101,6 @@ def test_replay_is_deterministic_for_a_seed() -> None:
 
 
 def test_slurmpolicy_checkpoint_first_preemption_loses_no_work_beyond_the_save() -> None:
-    pytest.importorskip("slurmpolicy.policy.plan")
     trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
              job(2, 4000, 8, 100, 3600, cls="production")]
     sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy")
@@ -136,3 +135,15 @@ def test_multi_node_job_spans_leaves_when_no_leaf_has_room() -> None:
     sim = run(trace, "slurm-grace", hosts=4)
     assert sim.by_id[5].first_start == 200.0
     assert sim.multi == [1, 0, 0]
+
+
+def test_slurmpolicy_replay_is_deterministic() -> None:
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    hosts = Hosts.layout(6, 8, hosts_per_leaf=3)
+    a = replay(trace, hosts, "slurmpolicy")[1]
+    b = replay(trace, hosts, "slurmpolicy")[1]
+    for volatile in ("wall_seconds", "cpu_seconds", "peak_rss_mb"):
+        a.pop(volatile), b.pop(volatile)
+    assert a == b
+    assert a["completed"] == 150 and a["plan_calls"] > 0
+    assert a["actions"].get("SetSiteFactor", 0) > 0
