@@ -141,9 +141,9 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
             written = metrics.plot(results, summaries, Path(plot_dir))
         except ImportError:
             err.print("plots skipped: matplotlib is not installed "
-                      "(pip install 'slurmpolicy[plot]' or pip install matplotlib)")
+                      "(pip install 'slurmpolicy[plot]' or pip install matplotlib)", markup=False)
         else:
-            err.print(f"plots written: {', '.join(str(p) for p in written)}")
+            err.print(f"plots written: {', '.join(str(p) for p in written)}", markup=False)
 
 
 def _run_one(trace: Any, table: Any, mode: str, settings: Any, slurm: Any, fabric: Any,

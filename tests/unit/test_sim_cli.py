@@ -72,6 +72,7 @@ def test_simulate_plots_or_says_why_not(tmp_path: Path) -> None:
     assert code == 0, out
     if importlib.util.find_spec("matplotlib") is None:  # the optional 'plot' extra
         assert "plots skipped: matplotlib is not installed" in out
+        assert "slurmpolicy[plot]" in out
     else:
         assert (tmp_path / "plots" / "allocation.png").stat().st_size > 1000
         assert (tmp_path / "plots" / "lost_gpu_hours.png").exists()
