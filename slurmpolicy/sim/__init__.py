@@ -1,1 +1,52 @@
-"""sim."""
+"""Trace-driven simulator around the same ``plan()`` the daemon runs.
+
+Public API::
+
+    from slurmpolicy.sim import replay, Mode, SlurmModel, Hosts, TraceRules
+    from slurmpolicy.sim.trace import read_philly, read_sacct, generate, load_trace
+    raw, summary = replay(trace, hosts, "slurm-grace")
+
+``trace`` (readers, generator, completion rules), ``cluster`` (hosts and
+Slurm-like placement), ``engine`` (the simulated Slurm and the baselines),
+``driver`` (the slurmpolicy mode: the daemon's cycle in simulated time) and
+``metrics`` (figures, table, JSON, plots).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from slurmpolicy.settings import Settings
+from slurmpolicy.sim.cluster import Hosts
+from slurmpolicy.sim.engine import Mode, RawResult, Simulator, SlurmModel
+from slurmpolicy.sim.trace import TraceJob, TraceRules
+
+__all__ = ["Hosts", "Mode", "RawResult", "SlurmModel", "TraceRules", "replay"]
+
+
+def replay(
+    trace: Sequence[TraceJob], hosts: Hosts, mode: Mode | str, settings: Settings | None = None,
+    slurm: SlurmModel | None = None, fabric: Any = None,
+    progress: Callable[[float, float], None] | None = None, plan_refresh: float = 300.0,
+) -> tuple[RawResult, dict[str, Any]]:
+    """Replay ``trace`` in ``mode`` on a fresh copy of ``hosts``; the raw result and its figures."""
+    from slurmpolicy.sim.metrics import summarize
+
+    fresh = Hosts(names=list(hosts.names), gpus=list(hosts.gpus), leaf=list(hosts.leaf),
+                  nvlink=list(hosts.nvlink), spine=list(hosts.spine),
+                  leaf_names=list(hosts.leaf_names), nvlink_names=list(hosts.nvlink_names),
+                  gpu_type=hosts.gpu_type)
+    started = time.perf_counter()
+    cpu = time.process_time()
+    sim = Simulator(trace, fresh, mode, settings=settings, slurm=slurm, fabric=fabric,
+                    progress=progress, plan_refresh=plan_refresh)
+    raw = sim.run()
+    raw.wall_seconds = time.perf_counter() - started
+    raw.cpu_seconds = time.process_time() - cpu
+    raw.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    if sim.driver is not None:
+        raw.actions = dict(sim.driver.actions_applied)
+    return raw, summarize(raw)

@@ -1,0 +1,306 @@
+"""The slurmpolicy mode: the daemon's cycle, driven through simulated time.
+
+Owns the part of the simulator that stands in for the daemon: it builds a
+:class:`~slurmpolicy.model.Snapshot` of the simulated Slurm exactly as the
+adapters would (jobs with their ``admin_comment`` directives and ``comment``
+acks, nodes with their GPU use, the one partition, our reservations), brings
+fair-share usage forward with the policy's own ``advance_usage``, calls the
+very same ``plan()``, keeps the intents with ``apply_to_intents`` (what the
+daemon's journal does), and applies each action to the simulated Slurm with
+Slurm's semantics:
+
+- SetSiteFactor: the job's priority includes the value from now on;
+- Create/UpdateReservation, StartPreemption: a reservation on the nodes for
+  the beneficiary (MAGNETIC: the beneficiary lands in it; others may use the
+  nodes only if their time limit ends before it starts);
+- SignalCheckpoint: the victim saves (its own save time), then writes its
+  ``ckpt:<epoch>`` ack into its comment;
+- Requeue: the victim stops at once and restarts from its last checkpoint
+  (acknowledged or periodic); the work since then is lost;
+- DeleteReservation, SetBeginTime: as Slurm does; FinishPreemption and
+  Annotate change nothing in Slurm.
+
+The daemon calls ``plan()`` every ``daemon.interval`` seconds. To keep a
+50,000-job replay in minutes the simulated daemon skips a cycle when nothing
+that ``plan()`` acts on changed: it plans when a preemption is open, when a
+job of a class that preempts and is never preempted (production) newly waits
+near the head of the queue, or when jobs arrived or ended and ``refresh``
+seconds (300) passed since the last plan. Site factors and preemptions for the
+middle classes then lag by at most ``refresh``, as Slurm's own priorities lag
+by PriorityCalcPeriod.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from slurmpolicy.errors import ConfigError
+from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
+from slurmpolicy.model import Job, JobState, Node, Partition, Reservation, Snapshot
+from slurmpolicy.policy.actions import (
+    Action,
+    CreateReservation,
+    DeleteReservation,
+    Intents,
+    Requeue,
+    SetBeginTime,
+    SetSiteFactor,
+    SignalCheckpoint,
+    StartPreemption,
+    UpdateReservation,
+)
+
+if TYPE_CHECKING:
+    from slurmpolicy.sim.engine import SimJob, Simulator
+
+class PolicyUnavailable(ConfigError):
+    """The policy package has no plan() to drive."""
+
+
+#: Simulated time 0 as epoch seconds (2026-01-01 UTC): Snapshots carry real-looking times.
+EPOCH = 1_767_225_600.0
+PARTITION = "gpu"
+
+
+class PolicyDriver:
+    """Stands in for the daemon: snapshot -> plan() -> intents + actions on the simulated Slurm."""
+
+    def __init__(self, sim: Simulator, refresh: float = 300.0) -> None:
+        try:
+            from slurmpolicy.policy import plan
+        except ImportError as exc:
+            raise PolicyUnavailable(
+                "the slurmpolicy mode needs slurmpolicy.policy.plan(), which this build lacks;"
+                " use --mode slurm-grace or slurm-requeue") from exc
+        from slurmpolicy.policy import apply_to_intents
+        self.sim = sim
+        self.plan_fn = plan
+        self.apply_fn = apply_to_intents
+        self.refresh = refresh
+        self.fabric = sim.fabric if sim.fabric is not None else _fabric_of(sim)
+        self.intents = Intents()
+        self.last_plan = -math.inf
+        #: True while a preemption is open (the next cycle must move it on).
+        self.open = False
+        self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
+        self._nodes: dict[int, tuple[int, Node]] = {}
+        self._policy_text: dict[tuple[str, float, float], str] = {}
+        self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
+                                   priority_tier=1, preempt_mode="OFF")
+        self.actions_applied: dict[str, int] = {}
+        classes = sim.settings.classes
+        low = min((c.rank for c in classes.values() if c.preemptible), default=None)
+        #: Classes that may preempt and are never preempted: a newly blocked job of
+        #: one of them is planned for at the next cycle; the rest at ``refresh``.
+        self.urgent = {n for n, c in classes.items()
+                       if low is not None and c.rank > low and not c.preemptible}
+        self._new_urgent: set[int] = set()
+
+    # --- when to plan ----------------------------------------------------------------
+    def needs_cycle(self) -> bool:
+        return self.open
+
+    def should_plan(self) -> bool:
+        if self.open or self.sim.now - self.last_plan >= self.refresh:
+            return True
+        by_id = self.sim.by_id
+        return any(by_id[i].state == 0 for i in self._new_urgent)
+
+    def enqueued(self, job: SimJob) -> None:
+        """A job became pending (arrival or requeue)."""
+        if job.spec.job_class in self.urgent:
+            self._new_urgent.add(job.id)
+
+    def job_ended(self, job: SimJob) -> None:
+        """A job that held one of our reservations ended: nothing to do but re-plan."""
+        self.sim.changed = True
+
+    # --- one cycle ---------------------------------------------------------------------
+    def cycle(self) -> None:
+        if not self.should_plan():
+            self.sim.changed = True  # keep the change pending until we plan
+            return
+        from slurmpolicy.policy import fairshare
+
+        sim = self.sim
+        now = EPOCH + sim.now
+        snapshot = self.snapshot(now)
+        running = [j for j in snapshot.jobs if j.is_running]
+        usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
+                                        sim.settings.fairshare.half_life)
+        intents = replace(self.intents, usage=usage, usage_at=now)
+        plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now)
+        sim.plan_calls += 1
+        self.last_plan = sim.now
+        self._new_urgent.clear()
+        intents = self.apply_fn(intents, plan, now)
+        self.intents = self._prune(intents, now)
+        self.open = bool(self.intents.preemptions)
+        for action in plan.actions:
+            self.apply(action, now)
+
+    def _prune(self, intents: Intents, now: float) -> Intents:
+        """Forget what the journal would no longer hand back: closed preemptions,
+        preemption times older than a day, site factors of jobs that left."""
+        sim = self.sim
+        alive = {jid for jid, f in intents.site_factors.items()
+                 if (j := sim.by_id.get(jid)) is not None and j.state != 2}
+        day = now - 86400.0
+        return replace(
+            intents,
+            preemptions=tuple(p for p in intents.preemptions if p.open),
+            preempted_at={jid: kept for jid, ts in intents.preempted_at.items()
+                          if (kept := tuple(t for t in ts if t > day))},
+            site_factors={jid: intents.site_factors[jid] for jid in alive},
+            begin_times={jid: b for jid, b in intents.begin_times.items()
+                         if (j := sim.by_id.get(jid)) is not None and j.state == 0},
+        )
+
+    def apply(self, action: Action, now: float) -> None:
+        sim = self.sim
+        kind = type(action).__name__
+        self.actions_applied[kind] = self.actions_applied.get(kind, 0) + 1
+        if isinstance(action, SetSiteFactor):
+            j = sim.by_id.get(action.job_id)
+            if j is not None:
+                sim.set_site_factor(j, action.site_factor)
+        elif isinstance(action, (CreateReservation, UpdateReservation)):
+            sim.set_reservation(action.name, action.nodes, action.start_time - EPOCH,
+                                action.start_time - EPOCH + action.duration, action.job_id)
+        elif isinstance(action, StartPreemption):
+            duration = action.duration or sim.by_id[action.beneficiary].spec.time_limit
+            start = (action.start_time or now) - EPOCH
+            sim.set_reservation(action.reservation, action.nodes, start, start + duration,
+                                action.beneficiary)
+        elif isinstance(action, DeleteReservation):
+            sim.delete_reservation(action.name)
+        elif isinstance(action, SignalCheckpoint):
+            j = sim.by_id.get(action.job_id)
+            if j is not None and j.state == 1 and j.restarts == action.restart_count:
+                j.preempting = True
+                sim.signal_save(j)
+        elif isinstance(action, Requeue):
+            j = sim.by_id.get(action.job_id)
+            if j is not None and j.state == 1 and j.restarts == action.restart_count:
+                sim.requeue(j, j.durable(sim.now))
+        elif isinstance(action, SetBeginTime):
+            j = sim.by_id.get(action.job_id)
+            if j is not None:
+                sim.set_begin_time(j, None if action.begin_time is None
+                                   else action.begin_time - EPOCH)
+
+    # --- the snapshot ------------------------------------------------------------------
+    def _admin_comment(self, j: SimJob) -> str:
+        spec = j.spec
+        key = (spec.job_class, spec.save_time, spec.ckpt_interval)
+        text = self._policy_text.get(key)
+        if text is None:
+            # The job declares a grace with a margin over its real save time.
+            grace = float(math.ceil(spec.save_time * 1.25))
+            text = render_admin_comment(JobPolicy(
+                job_class=spec.job_class,
+                checkpoint=Checkpoint(signal="USR1", grace=grace, interval=spec.ckpt_interval)))
+            self._policy_text[key] = text
+        return text
+
+    def _ack(self, j: SimJob) -> float | None:
+        """Sim time of the job's latest ``ckpt:`` ack: its signal saves, and (as the
+        job-side helper asks) its periodic checkpoints in this run."""
+        ack = j.ack
+        interval = j.spec.ckpt_interval
+        if j.state == 1 and interval > 0 and self.sim.now > j.origin:
+            k = math.floor(j.progress(self.sim.now) / interval) * interval
+            if k > j.base:
+                at = j.origin + (k - j.base)
+                ack = at if ack is None else max(ack, at)
+        return ack
+
+    def _job(self, j: SimJob, now: float) -> Job:
+        ack = self._ack(j)
+        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
+        hit = self._jobs.get(j.id)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        spec = j.spec
+        running = j.state == 1
+        hosts = self.sim.hosts
+        job = Job(
+            job_id=j.id, name=f"job{j.id}", user=spec.user, account=spec.account,
+            partition=PARTITION,
+            state=JobState.RUNNING if running else JobState.PENDING,
+            reason="None" if running else "Priority",
+            priority=j.prio, site_factor=j.site_factor, node_count=spec.nodes,
+            gpus_per_node=spec.gpus_per_node, gpus=spec.gpus, gpu_type=None,
+            time_limit=spec.time_limit if math.isfinite(spec.time_limit) else None,
+            submit_time=EPOCH + spec.submit, eligible_time=EPOCH + j.eligible,
+            start_time=EPOCH + j.run_start if running else None,
+            restart_count=j.restarts, requeue=True,
+            reservation=j.resv or "",
+            nodes=tuple(hosts.names[h] for h, _ in j.alloc) if running else (),
+            gpus_on_node={hosts.names[h]: g for h, g in j.alloc} if running else {},
+            comment=f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "",
+            admin_comment=self._admin_comment(j),
+            begin_time=(EPOCH + j.begin_time if j.begin_time is not None
+                        and j.begin_time > self.sim.now else None),
+        )
+        self._jobs[j.id] = (stamp, job)
+        return job
+
+    def snapshot(self, now: float) -> Snapshot:
+        sim = self.sim
+        jobs: list[Job] = []
+        for key in sim.queue:
+            j = sim.by_id[key[-1]]
+            if j.state == 0 and j.key is key:
+                jobs.append(self._job(j, now))
+        for j in sim.running.values():
+            jobs.append(self._job(j, now))
+        jobs.sort(key=lambda x: x.job_id)
+        alive = {x.job_id for x in jobs}
+        if len(self._jobs) > 2 * len(alive) + 1000:
+            self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
+        hosts = sim.hosts
+        nodes = []
+        for h, name in enumerate(hosts.names):
+            free = hosts.free[h]
+            hit = self._nodes.get(h)
+            if hit is None or hit[0] != free:
+                used = hosts.gpus[h] - free
+                node = Node(
+                    name=name, state="IDLE" if used == 0 else ("ALLOCATED" if free == 0
+                                                               else "MIXED"),
+                    cpus=64, memory_mb=512_000,
+                    gpus_by_type={hosts.gpu_type: hosts.gpus[h]},
+                    gpus_alloc_by_type={hosts.gpu_type: used}, partitions=(PARTITION,),
+                )
+                hit = self._nodes[h] = (free, node)
+            nodes.append(hit[1])
+        reservations = tuple(
+            Reservation(name=r.name, nodes=tuple(hosts.names[h] for h in r.hosts),
+                        start_time=EPOCH + r.start, end_time=EPOCH + r.end,
+                        flags=frozenset({"MAGNETIC", "IGNORE_JOBS"}),
+                        users=(sim.by_id[r.job_id].spec.user,) if r.job_id in sim.by_id else ())
+            for r in sim.reservations.values())
+        return Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
+                        cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),
+                        partitions=(self.partition,), reservations=reservations)
+
+
+def _fabric_of(sim: Simulator) -> Any:
+    """A topology Fabric with the simulated hosts' names and domains."""
+    from slurmpolicy.topology.fabric import Fabric
+    from slurmpolicy.topology.spec import FabricSpec, HostSpec
+
+    hosts = sim.hosts
+    spec = FabricSpec(source="simulator")
+    multi_nvl = len(set(hosts.nvlink)) < len(hosts.names)
+    for h, name in enumerate(hosts.names):
+        spec.hosts[name] = HostSpec(
+            name=name, gpus=hosts.gpus[h], gpu_type=hosts.gpu_type,
+            nvlink=hosts.nvlink_names[hosts.nvlink[h]] if multi_nvl else None,
+            leaf=hosts.leaf_names[hosts.leaf[h]])
+    for h in range(len(hosts.names)):
+        spec.parents[hosts.leaf_names[hosts.leaf[h]]] = f"spine{hosts.spine[h] + 1}"
+    return Fabric(spec)

@@ -1,0 +1,442 @@
+"""Workload traces for the simulator: readers, the synthetic generator, and the
+documented rules that give a trace what it lacks.
+
+Owns :class:`TraceJob` (one job as the simulator replays it), the readers of
+the Philly CSV form and of Slurm's ``sacct --parsable2`` output (default
+columns and ``--format=ALL``), the seeded synthetic generator, and
+:class:`TraceRules`, the one place that decides, for a trace without them,
+a job's account, class, time limit and checkpoint behaviour.
+
+The rules (also in docs/simulate.md):
+
+- account: the Philly virtual cluster; sacct's ``Account``; else ``default``.
+- class: sacct ``AdminComment`` carrying ``spolicy:v1 class=...`` wins, then a
+  partition or QOS whose name is a class; otherwise a seeded draw per job:
+  ``production_fraction`` production, ``experimental_fraction`` experimental,
+  the rest the default class (research).
+- time limit: sacct's ``Timelimit`` when set; otherwise the run time times a
+  seeded overestimate factor in [1.5, 4], rounded up to whole hours (users ask
+  for more than they use, which is what EASY backfill works with).
+- checkpoints: every job saves periodically every ``ckpt_interval`` seconds of
+  progress; on a signal it needs a seeded save time drawn from
+  ``save_times`` (some longer than a 30 s grace); a restart spends
+  ``restore_time`` before it makes progress again.
+- GPUs: jobs of up to ``gpus_per_host`` GPUs run on one host; bigger ones ask
+  ``ceil(gpus / gpus_per_host)`` hosts with an even share each (12 GPUs: 2 x 6).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from slurmpolicy.durations import parse_duration
+from slurmpolicy.errors import ConfigError
+from slurmpolicy.jobpolicy import parse_admin_comment
+
+
+class TraceError(ConfigError):
+    """A trace file cannot be replayed: names the file, the line and what was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job as the simulator replays it. Times are seconds from trace start."""
+
+    job_id: int
+    submit: float
+    #: Seconds of useful work the job needs (its run time in the trace).
+    duration: float
+    nodes: int
+    gpus_per_node: int
+    account: str
+    job_class: str
+    user: str = ""
+    #: Seconds; what EASY backfill plans with.
+    time_limit: float = math.inf
+    #: Seconds of progress between the job's own periodic checkpoints.
+    ckpt_interval: float = 1800.0
+    #: Seconds the job needs to save after a signal.
+    save_time: float = 30.0
+    #: Seconds a restarted job spends reading its checkpoint before progressing.
+    restore_time: float = 60.0
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRules:
+    """The seeded, documented rules that complete a trace (see the module docstring)."""
+
+    seed: int = 0
+    production_fraction: float = 0.15
+    experimental_fraction: float = 0.25
+    default_class: str = "research"
+    classes: tuple[str, ...] = ("production", "research", "experimental")
+    gpus_per_host: int = 8
+    ckpt_interval: float = 1800.0
+    save_times: tuple[float, ...] = (5.0, 15.0, 25.0, 60.0, 120.0)
+    restore_time: float = 60.0
+    overestimate: tuple[float, float] = (1.5, 4.0)
+    #: Arrival times are divided by this (2.0: twice as many jobs per hour).
+    load_scale: float = 1.0
+
+    def shape(self, gpus: int) -> tuple[int, int]:
+        """(nodes, gpus per node) for a job of ``gpus`` GPUs."""
+        if gpus <= self.gpus_per_host:
+            return 1, max(1, gpus)
+        nodes = math.ceil(gpus / self.gpus_per_host)
+        return nodes, math.ceil(gpus / nodes)
+
+    def complete(
+        self, rng: random.Random, *, job_id: int, submit: float, duration: float, gpus: int,
+        account: str, user: str = "", job_class: str | None = None,
+        time_limit: float | None = None,
+    ) -> TraceJob:
+        """A TraceJob with the rules applied to whatever the trace did not say.
+
+        The rng is drawn the same number of times whatever the trace said, so
+        that a seed gives the same classes with or without e.g. time limits.
+        """
+        u_class = rng.random()
+        u_limit = rng.uniform(*self.overestimate)
+        save = rng.choice(self.save_times)
+        if job_class is None:
+            if u_class < self.production_fraction:
+                job_class = "production"
+            elif u_class < self.production_fraction + self.experimental_fraction:
+                job_class = "experimental"
+            else:
+                job_class = self.default_class
+        if time_limit is None or math.isinf(time_limit):
+            time_limit = max(3600.0, math.ceil(duration * u_limit / 3600.0) * 3600.0)
+        nodes, gpn = self.shape(gpus)
+        return TraceJob(
+            job_id=job_id, submit=submit / self.load_scale, duration=max(1.0, duration),
+            nodes=nodes, gpus_per_node=gpn, account=account or "default", job_class=job_class,
+            user=user or account or "user", time_limit=time_limit,
+            ckpt_interval=self.ckpt_interval, save_time=save, restore_time=self.restore_time,
+        )
+
+
+# --- Philly ---------------------------------------------------------------------
+
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.strip()).replace(tzinfo=UTC).timestamp()
+
+
+def read_philly(
+    source: str | Path | io.TextIOBase, rules: TraceRules = TraceRules(), limit: int | None = None
+) -> list[TraceJob]:
+    """Jobs of a Philly CSV (timestamp,duration,num_gpus,gpu_time,cluster).
+
+    The virtual cluster is the account; submission times are made relative to
+    the first job.
+    """
+    name, handle = _open(source)
+    with handle:
+        reader = csv.DictReader(handle)
+        have = reader.fieldnames or ()
+        missing = [c for c in PHILLY_COLUMNS if c != "gpu_time" and c not in have]
+        if missing:
+            raise TraceError(
+                f"{name}: not a Philly trace: missing column(s) {', '.join(missing)};"
+                f" expected header {','.join(PHILLY_COLUMNS)}"
+            )
+        rng = random.Random(rules.seed)
+        raw: list[tuple[float, float, int, str]] = []
+        for lineno, row in enumerate(reader, start=2):
+            if limit is not None and len(raw) >= limit:
+                break
+            try:
+                submit = _epoch(row["timestamp"])
+                duration = float(row["duration"])
+                gpus = int(float(row["num_gpus"]))
+            except (ValueError, TypeError) as exc:
+                raise TraceError(
+                    f"{name}:{lineno}: bad row {row!r}: {exc}; expected"
+                    " timestamp 'YYYY-MM-DD HH:MM:SS', duration seconds, num_gpus integer"
+                ) from exc
+            if gpus < 1 or duration < 0:
+                raise TraceError(f"{name}:{lineno}: num_gpus must be >= 1 and duration >= 0")
+            raw.append((submit, duration, gpus, row["cluster"].strip()))
+    return _finish(raw_jobs=raw, rules=rules, rng=rng)
+
+
+def _finish(
+    raw_jobs: Sequence[tuple[float, float, int, str]], rules: TraceRules, rng: random.Random
+) -> list[TraceJob]:
+    if not raw_jobs:
+        return []
+    t0 = min(r[0] for r in raw_jobs)
+    jobs = [
+        rules.complete(rng, job_id=i + 1, submit=s - t0, duration=d, gpus=g, account=acct)
+        for i, (s, d, g, acct) in enumerate(raw_jobs)
+    ]
+    return sorted(jobs, key=lambda j: (j.submit, j.job_id))
+
+
+def _open(source: str | Path | io.TextIOBase) -> tuple[str, io.TextIOBase]:
+    if isinstance(source, io.TextIOBase):
+        return "<trace>", source
+    path = Path(source)
+    try:
+        return str(path), open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from exc
+
+
+# --- sacct --parsable2 -------------------------------------------------------------
+
+#: What ``sacct`` prints without --format (sacct(1)).
+SACCT_DEFAULT_COLUMNS = ("JobID", "JobName", "Partition", "Account", "AllocCPUS", "State",
+                         "ExitCode")
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+_NODE_TRES = re.compile(r"(?:^|,)node=(\d+)")
+
+
+def _sacct_time(text: str) -> float | None:
+    value = text.strip()
+    if not value or value in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return _epoch(value)
+    except ValueError:
+        return None
+
+
+def _tres_gpus(tres: str) -> int:
+    """GPUs in a TRES string; typed and untyped entries count once (max, not sum)."""
+    found = [int(n) for n in _GPU_TRES.findall(tres)]
+    return max(found) if found else 0
+
+
+def read_sacct(
+    source: str | Path | io.TextIOBase, rules: TraceRules = TraceRules(), limit: int | None = None
+) -> list[TraceJob]:
+    """Jobs of ``sacct --parsable2`` (``|``-separated with a header line).
+
+    Job steps (``123.batch``, ``123.0``) are skipped; a requeued job appears
+    once. A replay needs at least Submit and Elapsed/ElapsedRaw (or Start and
+    End); sacct's default columns have none of them, which is an error saying
+    which ``--format`` to use. Jobs that never ran (no elapsed time) and jobs
+    without GPUs are skipped: the simulator replays GPU work.
+    """
+    name, handle = _open(source)
+    with handle:
+        lines = [ln.rstrip("\n") for ln in handle if ln.strip()]
+    if not lines:
+        raise TraceError(f"{name}: empty sacct output")
+    header = lines[0].split("|")
+    if len(header) < 2 or "JobID" not in header:
+        raise TraceError(
+            f"{name}: not sacct --parsable2 output: the first line must be the '|'-separated"
+            f" header with JobID (got {lines[0][:80]!r})"
+        )
+    have = set(header)
+    if "Submit" not in have or not ({"Elapsed", "ElapsedRaw"} & have or {"Start", "End"} <= have):
+        missing = [c for c in ("Submit", "Elapsed") if c not in have]
+        default = " (sacct's default columns)" if tuple(header) == SACCT_DEFAULT_COLUMNS else ""
+        raise TraceError(
+            f"{name}: sacct output{default} lacks {', '.join(missing) or 'Elapsed'}; a replay needs"
+            " submission and run times: use `sacct --parsable2 --allusers --format=ALL`"
+            " or --format=JobID,Submit,Start,End,Elapsed,Timelimit,AllocTRES,NNodes,Account,"
+            "User,Partition,QOS,AdminComment"
+        )
+    rng = random.Random(rules.seed)
+    jobs: list[TraceJob] = []
+    t0: float | None = None
+    raw: list[dict[str, str]] = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        cells = line.split("|")
+        if len(cells) < len(header):
+            raise TraceError(
+                f"{name}:{lineno}: {len(cells)} fields, the header has {len(header)}"
+            )
+        row = dict(zip(header, cells, strict=False))
+        raw_id = row.get("JobIDRaw") or row["JobID"]
+        if "." in raw_id:
+            continue  # a step
+        row["_line"] = str(lineno)
+        raw.append(row)
+    for row in raw:
+        if limit is not None and len(jobs) >= limit:
+            break
+        submit = _sacct_time(row["Submit"])
+        elapsed: float | None = None
+        if row.get("ElapsedRaw", "").strip().isdigit():
+            elapsed = float(row["ElapsedRaw"])
+        elif row.get("Elapsed", "").strip():
+            try:
+                elapsed = parse_duration(row["Elapsed"])
+            except ValueError as exc:
+                raise TraceError(f"{name}:{row['_line']}: bad Elapsed: {exc}") from exc
+        else:
+            start, end = _sacct_time(row.get("Start", "")), _sacct_time(row.get("End", ""))
+            if start is not None and end is not None:
+                elapsed = end - start
+        if submit is None or not elapsed:
+            continue
+        gpus = _tres_gpus(row.get("AllocTRES", "")) or _tres_gpus(row.get("ReqTRES", ""))
+        if not gpus:
+            continue
+        limit_s: float | None = None
+        if row.get("TimelimitRaw", "").strip().isdigit():
+            limit_s = float(row["TimelimitRaw"]) * 60.0
+        elif row.get("Timelimit", "").strip() and row["Timelimit"].strip() != "Partition_Limit":
+            try:
+                limit_s = parse_duration(row["Timelimit"])
+            except ValueError:
+                limit_s = None
+        job_class = _sacct_class(row, rules)
+        job_id_text = (row.get("JobIDRaw") or row["JobID"]).split("_")[0].split("+")[0]
+        try:
+            job_id = int(job_id_text)
+        except ValueError:
+            job_id = len(jobs) + 1
+        t0 = submit if t0 is None else min(t0, submit)
+        job = rules.complete(
+            rng, job_id=job_id, submit=submit, duration=elapsed, gpus=gpus,
+            account=row.get("Account", "").strip(), user=row.get("User", "").strip(),
+            job_class=job_class, time_limit=limit_s,
+        )
+        nnodes = row.get("NNodes", "").strip()
+        if nnodes.isdigit() and int(nnodes) > 1 and gpus % int(nnodes) == 0:
+            job = replace(job, nodes=int(nnodes), gpus_per_node=gpus // int(nnodes))
+        jobs.append(job)
+    if not jobs:
+        return []
+    assert t0 is not None
+    base = t0 / rules.load_scale
+    # Unique ids: array tasks share a JobIDRaw prefix only when JobID was used.
+    seen: set[int] = set()
+    out = []
+    for j in jobs:
+        jid = j.job_id
+        while jid in seen:
+            jid += 1_000_000
+        seen.add(jid)
+        out.append(replace(j, job_id=jid, submit=j.submit - base))
+    return sorted(out, key=lambda j: (j.submit, j.job_id))
+
+
+def _sacct_class(row: dict[str, str], rules: TraceRules) -> str | None:
+    policy = parse_admin_comment(row.get("AdminComment", ""))
+    if policy.job_class in rules.classes:
+        return policy.job_class
+    for key in ("Partition", "QOS"):
+        value = row.get(key, "").strip()
+        if value in rules.classes:
+            return value
+    return None
+
+
+# --- synthetic --------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SyntheticSpec:
+    """A seeded synthetic workload: Poisson arrivals, log-uniform run times."""
+
+    jobs: int = 2000
+    seed: int = 0
+    #: Mean seconds between submissions.
+    mean_interarrival: float = 120.0
+    accounts: tuple[str, ...] = ("vision", "nlp", "speech", "rl")
+    #: (GPUs, weight): the job-size mix.
+    sizes: tuple[tuple[int, float], ...] = (
+        (1, 0.45), (2, 0.15), (4, 0.15), (8, 0.15), (16, 0.06), (32, 0.03), (64, 0.01)
+    )
+    min_duration: float = 300.0
+    max_duration: float = 2 * 86400.0
+
+
+def generate(spec: SyntheticSpec = SyntheticSpec(),
+             rules: TraceRules = TraceRules()) -> list[TraceJob]:
+    """A synthetic trace; the same spec and rules always give the same jobs."""
+    rng = random.Random(spec.seed)
+    rule_rng = random.Random(rules.seed ^ 0x5EED)
+    sizes = [s for s, _ in spec.sizes]
+    weights = [w for _, w in spec.sizes]
+    t = 0.0
+    jobs = []
+    lo, hi = math.log(spec.min_duration), math.log(spec.max_duration)
+    for i in range(spec.jobs):
+        t += rng.expovariate(1.0 / spec.mean_interarrival)
+        gpus = rng.choices(sizes, weights)[0]
+        duration = math.exp(rng.uniform(lo, hi))
+        account = rng.choice(spec.accounts)
+        jobs.append(rules.complete(rule_rng, job_id=i + 1, submit=t, duration=round(duration),
+                                   gpus=gpus, account=account))
+    return jobs
+
+
+def parse_synthetic(text: str, seed: int) -> SyntheticSpec:
+    """A spec from ``key=value,...`` (jobs, interarrival, accounts a:b:c), for --trace."""
+    fields: dict[str, object] = {"seed": seed}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        try:
+            if key == "jobs":
+                fields["jobs"] = int(value)
+            elif key in ("interarrival", "mean_interarrival"):
+                fields["mean_interarrival"] = parse_duration(value) if not value.replace(
+                    ".", "", 1).isdigit() else float(value)
+            elif key == "accounts":
+                fields["accounts"] = tuple(value.split(":"))
+            elif key == "max_duration":
+                fields["max_duration"] = parse_duration(value)
+            else:
+                raise TraceError(
+                    f"synthetic spec: unknown key {key!r}; allowed: jobs, interarrival,"
+                    " accounts, max_duration (e.g. jobs=2000,interarrival=120)"
+                )
+        except ValueError as exc:
+            raise TraceError(f"synthetic spec: bad value for {key!r}: {value!r}") from exc
+    return SyntheticSpec(**fields)  # type: ignore[arg-type]
+
+
+def load_trace(
+    path: str, fmt: str, rules: TraceRules, limit: int | None = None
+) -> list[TraceJob]:
+    """Read ``path`` in ``fmt`` (philly, sacct, synthetic; auto by content when None)."""
+    if fmt == "synthetic":
+        spec = parse_synthetic("" if path in ("", "-") else path, rules.seed)
+        if limit is not None:
+            spec = replace(spec, jobs=min(spec.jobs, limit))
+        return generate(spec, rules)
+    if fmt == "philly":
+        return read_philly(path, rules, limit)
+    if fmt == "sacct":
+        return read_sacct(path, rules, limit)
+    if fmt == "auto":
+        _, handle = _open(path)
+        with handle:
+            first = handle.readline()
+        if "|" in first:
+            return read_sacct(path, rules, limit)
+        if first.startswith("timestamp,"):
+            return read_philly(path, rules, limit)
+        raise TraceError(f"{path}: cannot tell the trace format; use --format philly|sacct")
+    raise TraceError(f"unknown trace format {fmt!r}; allowed: philly, sacct, synthetic")
+
+
+def summarize(jobs: Iterable[TraceJob]) -> dict[str, float]:
+    jl = list(jobs)
+    return {
+        "jobs": len(jl),
+        "gpu_hours": sum(j.duration * j.gpus for j in jl) / 3600.0,
+        "span_hours": (max(j.submit for j in jl) - min(j.submit for j in jl)) / 3600.0 if jl else 0,
+    }
+

@@ -1,0 +1,129 @@
+"""Trace readers, completion rules and the synthetic generator."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from slurmpolicy.sim.trace import (
+    SyntheticSpec,
+    TraceError,
+    TraceRules,
+    generate,
+    load_trace,
+    parse_synthetic,
+    read_philly,
+    read_sacct,
+)
+
+PHILLY = """timestamp,duration,num_gpus,gpu_time,cluster
+2017-09-04 10:30:41,2240.0,8,17920.0,7f04ca
+2017-09-04 10:31:41,100.0,1,100.0,6214e9
+2017-09-04 10:35:00,50.0,12,600.0,6214e9
+2017-09-04 10:40:00,500.0,32,16000.0,11cb48
+"""
+
+
+def test_philly_reader_relative_times_accounts_and_shapes() -> None:
+    jobs = read_philly(io.StringIO(PHILLY), TraceRules(seed=1))
+    assert [j.submit for j in jobs] == [0.0, 60.0, 259.0, 559.0]
+    assert [j.account for j in jobs] == ["7f04ca", "6214e9", "6214e9", "11cb48"]
+    assert [(j.nodes, j.gpus_per_node) for j in jobs] == [(1, 8), (1, 1), (2, 6), (4, 8)]
+    assert jobs[0].duration == 2240.0
+    # Time limits: at least the run time, whole hours.
+    assert all(j.time_limit >= j.duration and j.time_limit % 3600 == 0 for j in jobs)
+    assert {j.job_class for j in jobs} <= {"production", "research", "experimental"}
+
+
+def test_philly_load_scale_and_limit() -> None:
+    jobs = read_philly(io.StringIO(PHILLY), TraceRules(load_scale=2.0), limit=2)
+    assert [j.submit for j in jobs] == [0.0, 30.0]
+
+
+def test_philly_bad_header_and_row_are_named() -> None:
+    with pytest.raises(TraceError, match="missing column"):
+        read_philly(io.StringIO("a,b\n1,2\n"))
+    with pytest.raises(TraceError, match=r"<trace>:2: bad row"):
+        read_philly(io.StringIO("timestamp,duration,num_gpus,gpu_time,cluster\nnope,1,1,1,x\n"))
+
+
+def test_class_rule_is_seeded_and_follows_fractions() -> None:
+    text = "timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+        f"2017-09-04 10:{i // 60:02d}:{i % 60:02d},100,1,100,c\n" for i in range(2000))
+    a = read_philly(io.StringIO(text), TraceRules(seed=3))
+    b = read_philly(io.StringIO(text), TraceRules(seed=3))
+    c = read_philly(io.StringIO(text), TraceRules(seed=4))
+    assert [j.job_class for j in a] == [j.job_class for j in b]
+    assert [j.job_class for j in a] != [j.job_class for j in c]
+    share = sum(j.job_class == "production" for j in a) / len(a)
+    assert 0.12 < share < 0.18
+
+
+SACCT_DEFAULT = """JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode
+1|train|gpu|vision|8|COMPLETED|0:0
+"""
+
+SACCT_ALL = (
+    "JobID|JobIDRaw|JobName|Partition|Account|User|QOS|Submit|Start|End|Elapsed|ElapsedRaw|"
+    "Timelimit|TimelimitRaw|AllocTRES|ReqTRES|NNodes|State|AdminComment\n"
+    "101|101|train|research|vision|alice|normal|2025-01-01T10:00:00|2025-01-01T10:05:00|"
+    "2025-01-01T12:05:00|02:00:00|7200|04:00:00|240|billing=16,cpu=16,gres/gpu=16,"
+    "gres/gpu:h100=16,mem=64G,node=2|cpu=16,gres/gpu=16,node=2|2|COMPLETED|"
+    "spolicy:v1 class=production ckpt=signal:USR1,grace=60\n"
+    "101.batch|101.batch|batch||vision|||2025-01-01T10:05:00|2025-01-01T10:05:00|"
+    "2025-01-01T12:05:00|02:00:00|7200||||cpu=8,gres/gpu=8,node=1||1|COMPLETED|\n"
+    "102|102|eval|prod|nlp|bob|normal|2025-01-01T10:10:00|2025-01-01T10:10:00|"
+    "2025-01-01T10:20:00|00:10:00|600|UNLIMITED|UNLIMITED|cpu=1,gres/gpu=1,node=1||1|"
+    "COMPLETED|\n"
+    "103|103|cpuonly|research|nlp|bob|normal|2025-01-01T10:11:00|2025-01-01T10:11:00|"
+    "2025-01-01T10:12:00|00:01:00|60|01:00:00|60|cpu=1,mem=1G,node=1||1|COMPLETED|\n"
+    "104|104|never|research|nlp|bob|normal|2025-01-01T10:12:00|Unknown|Unknown|00:00:00|0|"
+    "01:00:00|60||cpu=1,gres/gpu=2,node=1|1|CANCELLED by 0|\n"
+)
+
+
+def test_sacct_default_columns_are_refused_with_the_format_to_use() -> None:
+    with pytest.raises(TraceError, match=r"default columns.*--format=ALL"):
+        read_sacct(io.StringIO(SACCT_DEFAULT))
+
+
+def test_sacct_format_all_reader() -> None:
+    jobs = read_sacct(io.StringIO(SACCT_ALL), TraceRules(seed=0))
+    assert [j.job_id for j in jobs] == [101, 102]  # steps, CPU-only, never-ran skipped
+    first, second = jobs
+    assert first.submit == 0.0 and second.submit == 600.0
+    assert (first.nodes, first.gpus_per_node, first.gpus) == (2, 8, 16)
+    assert first.duration == 7200.0 and first.time_limit == 4 * 3600.0
+    assert first.job_class == "production"  # from the admin_comment
+    assert (first.account, first.user) == ("vision", "alice")
+    assert second.gpus == 1 and second.time_limit >= 3600  # UNLIMITED: the rule applies
+
+
+def test_sacct_bad_input() -> None:
+    with pytest.raises(TraceError, match="header"):
+        read_sacct(io.StringIO("hello world\n"))
+    with pytest.raises(TraceError, match="fields, the header has"):
+        read_sacct(io.StringIO(SACCT_ALL.splitlines()[0] + "\n1|2\n"))
+
+
+def test_generator_is_deterministic_for_a_seed() -> None:
+    spec = SyntheticSpec(jobs=300, seed=7)
+    a, b = generate(spec), generate(spec)
+    assert a == b
+    c = generate(SyntheticSpec(jobs=300, seed=8))
+    assert a != c
+    assert {j.account for j in a} <= set(spec.accounts)
+    assert {j.gpus for j in a} <= {1, 2, 4, 8, 16, 32, 64}
+    assert all(a[i].submit <= a[i + 1].submit for i in range(len(a) - 1))
+
+
+def test_synthetic_spec_parsing() -> None:
+    spec = parse_synthetic("jobs=10,interarrival=60,accounts=a:b", seed=2)
+    got = (spec.jobs, spec.mean_interarrival, spec.accounts, spec.seed)
+    assert got == (10, 60.0, ("a", "b"), 2)
+    with pytest.raises(TraceError, match="unknown key 'bogus'"):
+        parse_synthetic("bogus=1", seed=0)
+    assert len(load_trace("jobs=5", "synthetic", TraceRules())) == 5
+    with pytest.raises(TraceError, match="allowed: philly, sacct, synthetic"):
+        load_trace("x", "parquet", TraceRules())
