@@ -117,6 +117,10 @@ def busy_cluster(devcluster: Any) -> Iterator[dict[str, int]]:
         # End everything without scancel: release the filler, let the waiter run and
         # release it, let the held job run (it exits at once).
         devcluster.release(big, wd)
+        # Release the prod job only once the filler is gone: a prod job would
+        # otherwise make Slurm's partition_prio preemption requeue the research
+        # filler, which then waits out Slurm's requeue delay.
+        devcluster.wait_state(big, "COMPLETED", timeout=90)
         devcluster.slurm_cmd("scontrol", "release", str(held), check=False)
         devcluster.wait_state(waiting, ("RUNNING", "COMPLETED"), timeout=90)
         devcluster.release(waiting, wd)
