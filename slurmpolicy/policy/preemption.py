@@ -15,8 +15,11 @@ partitions where that is allowed (no free shield); then the sheltered
 lost work: GPUs x time since the last acknowledged checkpoint (or start),
 plus the restart cost.
 
-*Driving.* Each open :class:`PreemptionIntent` moves on from what the
-snapshot shows: signal each victim (deadline = now + grace), requeue it only
+*Driving.* A new preemption's plan carries its victims' first steps right
+after the StartPreemption (signal each victim, deadline = now + grace; or
+requeue one that has no signal). Each open :class:`PreemptionIntent` then
+moves on from what the snapshot shows: a victim still planned (its signal
+was not sent) gets it again, a signalled victim is requeued only
 after it acknowledged (a ``ckpt:`` stamp at or after the signal) or its
 deadline passed, finish when the victims are gone and the beneficiary runs,
 and abort the rest when the beneficiary started elsewhere, left, or fits
@@ -321,8 +324,9 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
             f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration
+        pid = f"pre-{job.job_id}-{int(ctx.now)}"
         actions.append(StartPreemption(
-            preemption_id=f"pre-{job.job_id}-{int(ctx.now)}",
+            preemption_id=pid,
             beneficiary=job.job_id,
             victims=tuple(v.job_id for v in victims),
             restart_counts=tuple(v.restart_count for v in victims),
@@ -335,6 +339,11 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
                     f"preempting lower-class job(s) {victim_words} to free "
                     f"{len(hosts)} node(s); lost work {gpu_hours(lost)}"),
         ))
+        # The victims' first steps go in the same plan, after StartPreemption:
+        # the executor reserves the nodes, then signals, in one cycle (a cycle
+        # less of waiting for the beneficiary). It sends no signal when the
+        # reservation could not be made.
+        actions.extend(first_step(ctx, pid, job.job_id, v, v.restart_count) for v in victims)
     return actions
 
 
@@ -378,6 +387,27 @@ def _abort(p: PreemptionIntent, why: str) -> list[Action]:
                               reason=f"preemption {p.preemption_id} aborted: {why}")]
 
 
+def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
+               restart_count: int) -> Action:
+    """A planned victim's first step: its checkpoint signal, or (when it has no
+    signal to send) its requeue, since there is nothing to wait for."""
+    policy = ctx.policy(job)
+    if policy.checkpoint is not None and policy.checkpoint.signal:
+        grace = _grace(ctx, job)
+        return SignalCheckpoint(
+            preemption_id=preemption_id, job_id=job.job_id,
+            restart_count=restart_count, signal=policy.checkpoint.signal,
+            deadline=ctx.now + grace,
+            reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {job.job_id}"
+                    f" for job {beneficiary}; requeue after its ack or in "
+                    f"{humanize(grace)}"))
+    return Requeue(
+        preemption_id=preemption_id, job_id=job.job_id,
+        restart_count=restart_count, after="no-checkpoint",
+        reason=(f"requeue victim {job.job_id} for job {beneficiary}: it has no "
+                f"checkpoint signal, so nothing to wait for"))
+
+
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
     s = ctx.settings.preemption
@@ -409,23 +439,8 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         if done:
             continue
         job = ctx.by_id[v.job_id]
-        policy = ctx.policy(job)
         if v.state is VictimState.PLANNED:
-            if policy.checkpoint is not None and policy.checkpoint.signal:
-                grace = _grace(ctx, job)
-                actions.append(SignalCheckpoint(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, signal=policy.checkpoint.signal,
-                    deadline=ctx.now + grace,
-                    reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {v.job_id}"
-                            f" for job {p.beneficiary}; requeue after its ack or in "
-                            f"{humanize(grace)}")))
-            else:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="no-checkpoint",
-                    reason=(f"requeue victim {v.job_id} for job {p.beneficiary}: it has no "
-                            f"checkpoint signal, so nothing to wait for")))
+            actions.append(first_step(ctx, p.preemption_id, p.beneficiary, job, v.restart_count))
             continue
         if v.state is VictimState.SIGNALLED:
             ack = last_checkpoint(job.comment)
