@@ -29,7 +29,7 @@ without them. A victim that ended by itself is not requeued.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import last_checkpoint
@@ -77,6 +77,15 @@ def why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> s
     ``beneficiary_rank`` None checks everything but the class order.
     The account-share rule needs the other victims and is checked on selection.
     """
+    key = (victim.job_id, beneficiary_rank)
+    if key in ctx.victim_answers:
+        return ctx.victim_answers[key]
+    why = _why_not_victim(ctx, victim, beneficiary_rank)
+    ctx.victim_answers[key] = why
+    return why
+
+
+def _why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> str | None:
     cls = ctx.job_class(victim)
     if not cls.spec.preemptible:
         return f"class {cls.name} is not preemptible"
@@ -115,6 +124,9 @@ class _Round:
     allocated: dict[str, float]
     taken: set[int]
     claimed: set[str]
+    #: Searches that found nothing, by what they depend on (see ``_search_key``);
+    #: valid until a preemption starts (that changes the three sets above).
+    failed: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
 def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
@@ -122,9 +134,29 @@ def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
             lost_work(ctx, job), job.job_id)
 
 
+def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
+    """All that ``_choose`` reads of the beneficiary: its shape, partitions, rank
+    and which active reservations are its own. Jobs with the same key get the
+    same answer within a round, so a failed search is not repeated for them."""
+    own = ctx.own_reservations(beneficiary) & ctx.active_reservation_names
+    return (ctx.shape_of(beneficiary), beneficiary.partition, rank, frozenset(own))
+
+
 def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             ) -> tuple[tuple[str, ...], list[Job]] | str:
     """A node set and victims for ``beneficiary``, or why there is none."""
+    key = _search_key(ctx, beneficiary, rank)
+    failed = state.failed.get(key)
+    if failed is not None:
+        return failed
+    result = _search(ctx, beneficiary, rank, state)
+    if isinstance(result, str):
+        state.failed[key] = result
+    return result
+
+
+def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
+            ) -> tuple[tuple[str, ...], list[Job]] | str:
     shape = ctx.shape_of(beneficiary)
     gpn = shape.gpus_per_node
     gpu_type = shape.gpu_type
@@ -256,8 +288,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     if not s.enabled or low is None:
         return []
     # Only classes above some running preemptible job can ever find a victim.
-    running_ranks = [ctx.job_class(j).rank for j in ctx.running
-                     if ctx.job_class(j).spec.preemptible]
+    classes = [ctx.job_class(j) for j in ctx.running]
+    running_ranks = [c.rank for c in classes if c.spec.preemptible]
     if not running_ranks:
         return []
     low = max(low, min(running_ranks))
@@ -319,6 +351,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             state.taken.add(v.job_id)
             state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
         state.claimed.update(hosts)
+        state.failed.clear()
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
