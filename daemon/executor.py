@@ -18,6 +18,9 @@ Rules held here, whatever the plan says:
   answers mean the goal is reached;
 - at most ``settings.daemon.max_slurm_calls_per_cycle`` calls per cycle,
   the safety-relevant ones (requeue, finish, signal) first;
+- a new preemption in one cycle: journal it, reserve its nodes, then signal
+  its victims (the plan lists their signals after the StartPreemption); no
+  signal while the reservation is not in place;
 - only reservations whose name carries our prefix are touched.
 """
 
@@ -347,7 +350,7 @@ class Executor:
         """Carry out ``plan`` (call reconcile() first, on the same snapshot)."""
         now = self._clock() if now is None else now
         report = self._report
-        actions = sorted(plan.actions, key=lambda a: _ORDER.get(a.kind, 10))
+        actions = _in_order(plan.actions)
         pending = list(actions)
         try:
             self._cleanup_orphans(snapshot)
@@ -727,6 +730,29 @@ class Executor:
                 self._reserve(p["preemption_id"], spec, int(p["beneficiary"]), snapshot)
         except CallBudgetExhausted:
             pass
+
+
+def _in_order(actions: tuple[Action, ...]) -> list[Action]:
+    """The plan's actions in the order they are carried out.
+
+    By kind (``_ORDER``: what is in flight first), except that the steps of a
+    preemption this plan starts (its victims' signals or requeues) follow
+    their StartPreemption at once, in the plan's order: journal, reserve,
+    then signal, all in this cycle.
+    """
+    starting = {a.preemption_id: i for i, a in enumerate(actions)
+                if isinstance(a, StartPreemption)}
+
+    def key(item: tuple[int, Action]) -> tuple[int, int, int]:
+        i, a = item
+        pid = getattr(a, "preemption_id", None)
+        if isinstance(a, (SignalCheckpoint, Requeue)) and pid in starting:
+            return (_ORDER["StartPreemption"], starting[pid], i)
+        if isinstance(a, StartPreemption):
+            return (_ORDER["StartPreemption"], i, -1)
+        return (_ORDER.get(a.kind, 10), -1, i)
+
+    return [a for _, a in sorted(enumerate(actions), key=key)]
 
 
 def _jobs_in(snapshot: Snapshot, reservation: str) -> list[int]:

@@ -13,6 +13,9 @@ One cycle::
     fabric = (re)load when changed         # topology sources
     plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
     executor.execute(plan, snapshot)       # journal first, capped, idempotent
+
+Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
+signalled victim awaits its requeue (so an ack is acted on within seconds).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
 from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
 from slurmpolicy.model import Snapshot
+from slurmpolicy.policy.actions import VictimState
 from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.settings import Settings
 from slurmpolicy.slurm.client import SlurmClient
@@ -240,7 +244,23 @@ class Daemon:
             # Bounded exponential back-off: interval, 2x, 4x ... up to max_backoff.
             return min(self.settings.daemon.max_backoff,
                        max(1.0, interval) * 2 ** min(self._failures - 1, 16))
+        if self._awaiting_victims():
+            # A signalled victim's requeue waits on its ack or deadline: look
+            # again soon, so the beneficiary does not wait a whole interval.
+            return min(interval, self.settings.daemon.preemption_poll)
         return interval
+
+    def _awaiting_victims(self) -> bool:
+        """A victim of an open preemption was signalled and is not requeued yet."""
+        if self.journal is None or self.dry_run:
+            return False
+        awaited = (VictimState.SIGNALLED.value, VictimState.ACKNOWLEDGED.value,
+                   VictimState.DEADLINE.value)
+        try:
+            return any(v["state"] in awaited for v in self.journal.open_victims())
+        except Exception as exc:  # the delay is an optimisation; never fatal
+            log.warning("open victims not read: %s", exc)
+            return False
 
     def _sleep(self, seconds: float) -> None:
         """Wait, but wake for SIGTERM and keep the watchdog fed."""

@@ -155,6 +155,9 @@ class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     state_dir: str = "/var/lib/slurmpolicy"
     #: Seconds between cycles.
     interval: Seconds = 30.0
+    #: Seconds between cycles while a signalled victim is awaited (its ack or
+    #: deadline decides its requeue); the shorter of this and ``interval``.
+    preemption_poll: Annotated[float, msgspec.Meta(ge=1.0)] = 5.0
     #: Skip a cycle whose snapshot is older than this.
     max_snapshot_age: Seconds = 60.0
     #: At most this many Slurm calls that change something, per cycle.
@@ -237,7 +240,8 @@ _DURATION_KEYS = {
     ("reservations", "update_threshold"), ("preemption", "min_runtime"),
     ("preemption", "default_grace"), ("preemption", "restart_cost"),
     ("preemption", "beneficiary_start_timeout"), ("reservations", "default_duration"),
-    ("daemon", "interval"), ("daemon", "max_snapshot_age"), ("daemon", "max_backoff"),
+    ("daemon", "interval"), ("daemon", "preemption_poll"), ("daemon", "max_snapshot_age"),
+    ("daemon", "max_backoff"),
     ("daemon", "keep_history"),
     ("slurm", "command_timeout"),
 }

@@ -67,8 +67,11 @@ class StartPreemption(Action):
     """Open a preemption: one beneficiary, its victims, the nodes it will get.
 
     The executor journals it (state ``planned``), creates the reservation
-    ``reservation`` on ``nodes`` for the beneficiary, then the planner's later
-    cycles emit the SignalCheckpoint and Requeue steps.
+    ``reservation`` on ``nodes`` for the beneficiary, then carries out the
+    victims' first steps (SignalCheckpoint, or Requeue of a victim without a
+    signal) that the same plan lists after it, in that cycle, and only once
+    the reservation is in place. Later cycles emit the Requeue after the
+    acknowledgement or the deadline.
     """
 
     preemption_id: str

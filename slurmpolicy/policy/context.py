@@ -67,6 +67,10 @@ class Context:
         self.prefix = settings.reservations.name_prefix
         self._policy_by_text: dict[str, JobPolicy] = {}
         self._class_cache: dict[tuple[str | None, str], JobClass] = {}
+        self._class_by_text: dict[tuple[str, str], JobClass] = {}
+        #: why_not_victim answers, by (victim, beneficiary rank): the same for
+        #: every beneficiary of one plan.
+        self.victim_answers: dict[tuple[int, int | None], str | None] = {}
         self.pending: list[Job] = []
         self.running: list[Job] = []
         self.by_id: dict[int, Job] = {}
@@ -101,8 +105,10 @@ class Context:
             self._partition_hosts.update({k: tuple(v) for k, v in by_part.items()})
         # Hosts held by a reservation active now, by host.
         self.reserved_now: dict[str, list[Reservation]] = {}
+        self.active_reservation_names: set[str] = set()
         for res in snapshot.reservations:
             if res.is_active(now):
+                self.active_reservation_names.add(res.name)
                 for host in res.nodes:
                     self.reserved_now.setdefault(host, []).append(res)
         self.fairshare = fairshare.compute(
@@ -132,6 +138,8 @@ class Context:
         self._free_totals: dict[tuple[Any, ...], int] = {}
         self._fits: dict[tuple[Any, ...], bool] = {}
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
+        #: reservations.forecast answers, by shape, partition, own reservations, blocked hosts.
+        self.forecasts: dict[tuple[Any, ...], Any] = {}
         #: Jobs that have one of our reservations active now.
         self._jobs_with_our_active_res: set[int] = set()
         for res in snapshot.reservations:
@@ -149,11 +157,17 @@ class Context:
         return hit
 
     def job_class(self, job: Job) -> JobClass:
-        policy = self.policy(job)
-        key = (policy.job_class, job.account)
-        hit = self._class_cache.get(key)
+        # Keyed by the text it derives from: called for every job many times a plan.
+        key = (job.admin_comment, job.account)
+        hit = self._class_by_text.get(key)
         if hit is None:
-            hit = self._class_cache[key] = resolve_class(self.settings, policy, job.account)
+            policy = self.policy(job)
+            ckey = (policy.job_class, job.account)
+            hit = self._class_cache.get(ckey)
+            if hit is None:
+                hit = self._class_cache[ckey] = resolve_class(self.settings, policy,
+                                                              job.account)
+            self._class_by_text[key] = hit
         return hit
 
     def can_checkpoint(self, job: Job) -> bool:
@@ -253,7 +267,7 @@ class Context:
             self._free_totals[key] = sum(base.values())
         return key, base
 
-    def _has_own_active_reservation(self, job: Job) -> bool:
+    def has_own_active_reservation(self, job: Job) -> bool:
         return bool(job.reservation) or job.job_id in self._jobs_with_our_active_res
 
     def free_map(self, job: Job) -> dict[str, int]:
@@ -263,7 +277,7 @@ class Context:
         reservation is the job's own (ours for it, or one it asked for).
         """
         _, base = self._base_free(job)
-        if not self._has_own_active_reservation(job):
+        if not self.has_own_active_reservation(job):
             return base
         gpu_type = self.gpu_type(job)
         eligible = set(self.eligible_hosts(job))
@@ -348,7 +362,7 @@ class Context:
         if not strict:
             level = Level.CLUSTER
         need = max(1, job.node_count)
-        if self._has_own_active_reservation(job):
+        if self.has_own_active_reservation(job):
             return self.most_hosts_in_one_domain(self.free_map(job), gpn, level) >= need
         key, free = self._base_free(job)
         # Most jobs share a few shapes: answer each shape once.
@@ -360,7 +374,7 @@ class Context:
         return hit
 
     def free_gpus_for(self, job: Job) -> int:
-        if self._has_own_active_reservation(job):
+        if self.has_own_active_reservation(job):
             return sum(self.free_map(job).values())
         key, _ = self._base_free(job)
         return self._free_totals[key]

@@ -15,8 +15,11 @@ partitions where that is allowed (no free shield); then the sheltered
 lost work: GPUs x time since the last acknowledged checkpoint (or start),
 plus the restart cost.
 
-*Driving.* Each open :class:`PreemptionIntent` moves on from what the
-snapshot shows: signal each victim (deadline = now + grace), requeue it only
+*Driving.* A new preemption's plan carries its victims' first steps right
+after the StartPreemption (signal each victim, deadline = now + grace; or
+requeue one that has no signal). Each open :class:`PreemptionIntent` then
+moves on from what the snapshot shows: a victim still planned (its signal
+was not sent) gets it again, a signalled victim is requeued only
 after it acknowledged (a ``ckpt:`` stamp at or after the signal) or its
 deadline passed, finish when the victims are gone and the beneficiary runs,
 and abort the rest when the beneficiary started elsewhere, left, or fits
@@ -26,7 +29,7 @@ without them. A victim that ended by itself is not requeued.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import last_checkpoint
@@ -74,6 +77,15 @@ def why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> s
     ``beneficiary_rank`` None checks everything but the class order.
     The account-share rule needs the other victims and is checked on selection.
     """
+    key = (victim.job_id, beneficiary_rank)
+    if key in ctx.victim_answers:
+        return ctx.victim_answers[key]
+    why = _why_not_victim(ctx, victim, beneficiary_rank)
+    ctx.victim_answers[key] = why
+    return why
+
+
+def _why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> str | None:
     cls = ctx.job_class(victim)
     if not cls.spec.preemptible:
         return f"class {cls.name} is not preemptible"
@@ -112,6 +124,9 @@ class _Round:
     allocated: dict[str, float]
     taken: set[int]
     claimed: set[str]
+    #: Searches that found nothing, by what they depend on (see ``_search_key``);
+    #: valid until a preemption starts (that changes the three sets above).
+    failed: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
 def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
@@ -119,9 +134,29 @@ def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
             lost_work(ctx, job), job.job_id)
 
 
+def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
+    """All that ``_choose`` reads of the beneficiary: its shape, partitions, rank
+    and which active reservations are its own. Jobs with the same key get the
+    same answer within a round, so a failed search is not repeated for them."""
+    own = ctx.own_reservations(beneficiary) & ctx.active_reservation_names
+    return (ctx.shape_of(beneficiary), beneficiary.partition, rank, frozenset(own))
+
+
 def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             ) -> tuple[tuple[str, ...], list[Job]] | str:
     """A node set and victims for ``beneficiary``, or why there is none."""
+    key = _search_key(ctx, beneficiary, rank)
+    failed = state.failed.get(key)
+    if failed is not None:
+        return failed
+    result = _search(ctx, beneficiary, rank, state)
+    if isinstance(result, str):
+        state.failed[key] = result
+    return result
+
+
+def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
+            ) -> tuple[tuple[str, ...], list[Job]] | str:
     shape = ctx.shape_of(beneficiary)
     gpn = shape.gpus_per_node
     gpu_type = shape.gpu_type
@@ -253,8 +288,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     if not s.enabled or low is None:
         return []
     # Only classes above some running preemptible job can ever find a victim.
-    running_ranks = [ctx.job_class(j).rank for j in ctx.running
-                     if ctx.job_class(j).spec.preemptible]
+    classes = [ctx.job_class(j) for j in ctx.running]
+    running_ranks = [c.rank for c in classes if c.spec.preemptible]
     if not running_ranks:
         return []
     low = max(low, min(running_ranks))
@@ -316,13 +351,15 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             state.taken.add(v.job_id)
             state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
         state.claimed.update(hosts)
+        state.failed.clear()
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
             f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration
+        pid = f"pre-{job.job_id}-{int(ctx.now)}"
         actions.append(StartPreemption(
-            preemption_id=f"pre-{job.job_id}-{int(ctx.now)}",
+            preemption_id=pid,
             beneficiary=job.job_id,
             victims=tuple(v.job_id for v in victims),
             restart_counts=tuple(v.restart_count for v in victims),
@@ -335,6 +372,11 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
                     f"preempting lower-class job(s) {victim_words} to free "
                     f"{len(hosts)} node(s); lost work {gpu_hours(lost)}"),
         ))
+        # The victims' first steps go in the same plan, after StartPreemption:
+        # the executor reserves the nodes, then signals, in one cycle (a cycle
+        # less of waiting for the beneficiary). It sends no signal when the
+        # reservation could not be made.
+        actions.extend(first_step(ctx, pid, job.job_id, v, v.restart_count) for v in victims)
     return actions
 
 
@@ -378,6 +420,27 @@ def _abort(p: PreemptionIntent, why: str) -> list[Action]:
                               reason=f"preemption {p.preemption_id} aborted: {why}")]
 
 
+def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
+               restart_count: int) -> Action:
+    """A planned victim's first step: its checkpoint signal, or (when it has no
+    signal to send) its requeue, since there is nothing to wait for."""
+    policy = ctx.policy(job)
+    if policy.checkpoint is not None and policy.checkpoint.signal:
+        grace = _grace(ctx, job)
+        return SignalCheckpoint(
+            preemption_id=preemption_id, job_id=job.job_id,
+            restart_count=restart_count, signal=policy.checkpoint.signal,
+            deadline=ctx.now + grace,
+            reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {job.job_id}"
+                    f" for job {beneficiary}; requeue after its ack or in "
+                    f"{humanize(grace)}"))
+    return Requeue(
+        preemption_id=preemption_id, job_id=job.job_id,
+        restart_count=restart_count, after="no-checkpoint",
+        reason=(f"requeue victim {job.job_id} for job {beneficiary}: it has no "
+                f"checkpoint signal, so nothing to wait for"))
+
+
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
     s = ctx.settings.preemption
@@ -409,23 +472,8 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         if done:
             continue
         job = ctx.by_id[v.job_id]
-        policy = ctx.policy(job)
         if v.state is VictimState.PLANNED:
-            if policy.checkpoint is not None and policy.checkpoint.signal:
-                grace = _grace(ctx, job)
-                actions.append(SignalCheckpoint(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, signal=policy.checkpoint.signal,
-                    deadline=ctx.now + grace,
-                    reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {v.job_id}"
-                            f" for job {p.beneficiary}; requeue after its ack or in "
-                            f"{humanize(grace)}")))
-            else:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="no-checkpoint",
-                    reason=(f"requeue victim {v.job_id} for job {p.beneficiary}: it has no "
-                            f"checkpoint signal, so nothing to wait for")))
+            actions.append(first_step(ctx, p.preemption_id, p.beneficiary, job, v.restart_count))
             continue
         if v.state is VictimState.SIGNALLED:
             ack = last_checkpoint(job.comment)

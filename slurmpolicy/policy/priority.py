@@ -77,8 +77,21 @@ def compute(ctx: Context) -> PriorityResult:
     effective: dict[int, int] = {}
     fragmented: dict[int, bool] = {}
     points = ctx.fairshare.points_by_account()
+    # Thousands of pending jobs, a few dozen shapes: answer each shape once
+    # (jobs with a reservation of their own are asked one by one).
+    frag_by_shape: dict[tuple[object, ...], bool] = {}
     for job in ctx.pending:
-        frag = ctx.fragmentation_blocked(job) if not ctx.blocked_by_slurm(job) else False
+        if ctx.blocked_by_slurm(job):
+            frag = False
+        elif ctx.has_own_active_reservation(job):
+            frag = ctx.fragmentation_blocked(job)
+        else:
+            key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,
+                   job.gpus_per_node, job.node_count)
+            hit = frag_by_shape.get(key)
+            if hit is None:
+                hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
+            frag = hit
         value = factors(ctx, job, frag, points.get(job.account, 0)).total
         site[job.job_id] = value
         fragmented[job.job_id] = frag

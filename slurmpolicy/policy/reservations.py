@@ -34,7 +34,7 @@ from slurmpolicy.policy.actions import (
 )
 from slurmpolicy.policy.context import Context, job_gpus, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
-from slurmpolicy.topology.types import Level, NoPlacement
+from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,19 @@ def forecast(ctx: Context, job: Job, blocked: set[str] | None = None,
         job = _with_partition(job, partition)
     own = ctx.own_reservations(job)
     blocked = blocked or set()
+    # Jobs of one shape on the same hosts get the same answer: a plan asks for
+    # many such (starving jobs, preemption candidates, the inspector's
+    # alternatives), and the walk below is the costly part of planning.
+    key = (shape, job.partition, frozenset(own & ctx.active_reservation_names),
+           frozenset(blocked))
+    hit = ctx.forecasts.get(key)
+    if hit is None:
+        hit = ctx.forecasts[key] = _forecast(ctx, job, shape, own, blocked)
+    return hit
+
+
+def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
+              blocked: set[str]) -> Forecast | NoPlacement:
     gpu_type = shape.gpu_type
     free: dict[str, int] = {}
     total_of: dict[str, int] = {}

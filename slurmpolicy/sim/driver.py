@@ -20,7 +20,10 @@ Slurm's semantics:
 - DeleteReservation, SetBeginTime: as Slurm does; FinishPreemption and
   Annotate change nothing in Slurm.
 
-The daemon calls ``plan()`` every ``daemon.interval`` seconds. To keep a
+The daemon calls ``plan()`` every ``daemon.interval`` seconds, and every
+``daemon.preemption_poll`` seconds while a signalled victim awaits its
+requeue; the simulated daemon takes those short cycles only when one can
+move a victim on (its ack or deadline came). To keep a
 50,000-job replay in minutes the simulated daemon skips a cycle when nothing
 that ``plan()`` acts on changed: it plans when a preemption is open, when a
 job of a class that preempts and is never preempted (production) newly waits
@@ -50,6 +53,7 @@ from slurmpolicy.policy.actions import (
     SignalCheckpoint,
     StartPreemption,
     UpdateReservation,
+    VictimState,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +101,9 @@ class PolicyDriver:
         self.urgent = {n for n, c in classes.items()
                        if low is not None and c.rank > low and not c.preemptible}
         self._new_urgent: set[int] = set()
+        #: Signalled victims awaiting their requeue: job id -> (restart count,
+        #: signalled at, deadline), epoch seconds as in the intents.
+        self.awaiting: dict[int, tuple[int, float, float]] = {}
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:
@@ -107,6 +114,21 @@ class PolicyDriver:
             return True
         by_id = self.sim.by_id
         return any(by_id[i].state == 0 for i in self._new_urgent)
+
+    def poll_due(self) -> bool:
+        """A signalled victim can move on: its ack is visible, its deadline
+        passed, or it is no longer running as signalled (what ``advance`` reads)."""
+        now = EPOCH + self.sim.now
+        by_id = self.sim.by_id
+        for job_id, (restarts, signalled_at, deadline) in self.awaiting.items():
+            j = by_id.get(job_id)
+            if j is None or j.state != 1 or j.restarts != restarts or now >= deadline:
+                return True
+            ack = self._ack(j)
+            # As the snapshot writes it (whole seconds) and the planner compares it.
+            if ack is not None and float(f"{EPOCH + ack:.0f}") >= signalled_at:
+                return True
+        return False
 
     def enqueued(self, job: SimJob) -> None:
         """A job became pending (arrival or requeue)."""
@@ -138,6 +160,10 @@ class PolicyDriver:
         intents = self.apply_fn(intents, plan, now)
         self.intents = self._prune(intents, now)
         self.open = bool(self.intents.preemptions)
+        self.awaiting = {
+            v.job_id: (v.restart_count, v.signalled_at or now, v.deadline or now)
+            for p in self.intents.preemptions for v in p.victims
+            if v.state is VictimState.SIGNALLED}
         for action in plan.actions:
             self.apply(action, now)
 

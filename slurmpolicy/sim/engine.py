@@ -15,8 +15,10 @@ checkpoint model, and the three modes:
   since the last periodic checkpoint.
 - ``slurmpolicy``: Slurm's own preemption off, one partition; the daemon's
   ``plan()`` is called every ``daemon.interval`` seconds (only when something
-  changed), its actions are applied with Slurm's semantics and
-  ``apply_to_intents`` keeps the intents, as the daemon's journal would.
+  changed), and after ``daemon.preemption_poll`` seconds while a signalled
+  victim awaits its requeue (only when its ack or deadline came); its actions
+  are applied with Slurm's semantics and ``apply_to_intents`` keeps the
+  intents, as the daemon's journal would.
 
 The loop is a heap of events, O(log n) each; scheduling passes stop early
 (no free GPU, a job shape that already failed this pass) so that a 50,000-job
@@ -76,7 +78,7 @@ class SlurmModel:
 
 # Event kinds, in the order they are handled at the same instant.
 (_END, _EXIT, _SAVED, _ARRIVE, _PREEMPT, _RECALC, _DAEMON, _MAIN, _BACKFILL, _SAMPLE,
- _MARK) = range(11)
+ _MARK, _POLL) = range(12)
 
 PENDING, RUNNING, DONE = 0, 1, 2
 
@@ -249,6 +251,7 @@ class Simulator:
         self.queue: list[tuple[Any, ...]] = []  # sorted keys; key[-1] is the job id
         self._resort = False
         self._main_at: float | None = None
+        self._poll_at: float | None = None
         self._bf_changed = True
         self.running: dict[int, SimJob] = {}
         self.reservations: dict[str, SimReservation] = {}
@@ -318,6 +321,17 @@ class Simulator:
                     self.changed = False
                     self.driver.cycle()
                 self.push(t + self.settings.daemon.interval, _DAEMON)
+                self._schedule_poll(t)
+            elif kind == _POLL:
+                # daemon.preemption_poll: the daemon's short cycles while a
+                # signalled victim awaits its requeue. Planned here only when
+                # one can move on (ack seen, deadline passed, victim gone): the
+                # other short cycles would plan nothing new for it.
+                self._poll_at = None
+                if self.driver.poll_due():
+                    self.changed = False
+                    self.driver.cycle()
+                self._schedule_poll(t)
             else:
                 handlers[kind](a, b)
                 if (self._progress is not None and kind == _END
@@ -333,6 +347,13 @@ class Simulator:
             multi_node=self.multi[0], multi_in_leaf=self.multi[1], multi_in_nvlink=self.multi[2],
             plan_calls=self.plan_calls, events=self.events,
         )
+
+    def _schedule_poll(self, t: float) -> None:
+        poll = self.settings.daemon.preemption_poll
+        if (self._poll_at is None and self.driver.awaiting
+                and poll < self.settings.daemon.interval):
+            self._poll_at = t + poll
+            self.push(self._poll_at, _POLL)
 
     def kick(self, delay: float = 0.0) -> None:
         """Ask for a main scheduler pass (coalesced), as Slurm does on job events."""

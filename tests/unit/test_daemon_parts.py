@@ -22,7 +22,7 @@ from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.job import merge_ack
 from slurmpolicy.jobpolicy import last_checkpoint
 from slurmpolicy.model import Snapshot
-from slurmpolicy.policy.actions import Plan, SetSiteFactor
+from slurmpolicy.policy.actions import Plan, SetSiteFactor, VictimState
 from slurmpolicy.settings import Daemon as DaemonSettings
 from slurmpolicy.settings import Metrics, Settings
 from slurmpolicy.store import Journal
@@ -147,6 +147,30 @@ def test_cycle_skips_stale_snapshot_and_backs_off(tmp_path: Path) -> None:
         assert r2.result == "unavailable" and d._delay(r2) == 10
         r3 = d.cycle()
         assert d._delay(r3) == 20
+    finally:
+        d.close()
+
+
+def test_next_cycle_sooner_while_a_signalled_victim_awaits_its_requeue(tmp_path: Path) -> None:
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30,
+                                              preemption_poll=5, max_snapshot_age=60),
+                        metrics=Metrics(enabled=False))
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    d = Daemon(settings, client=FakeClient([fresh]), planner=_plan,
+               fabric_loader=lambda s, st: None, clock=lambda: 1000.0)
+    d.open()
+    try:
+        r = d.cycle()
+        assert r.result == "ok" and d._delay(r) == 30
+        j = d.journal
+        assert j is not None
+        j.open_preemption("p1", 3, ("gpu01",), "spolicy_p1", [(1, 0, 8)], "test")
+        assert d._delay(r) == 30  # planned, not signalled: nothing to poll for
+        j.update_victim("p1", 1, 0, state=VictimState.SIGNALLED, signalled_at=1000.0,
+                        deadline=1100.0)
+        assert d._delay(r) == 5
+        j.update_victim("p1", 1, 0, state=VictimState.REQUEUED)
+        assert d._delay(r) == 30
     finally:
         d.close()
 

@@ -385,3 +385,56 @@ def test_leftover_reservation_of_the_same_name_is_moved(journal: Journal) -> Non
     run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old), start())
     assert rec.calls == [("update_reservation", RESV)]
     assert journal.preemption(PID)["state"] == "reserved"  # type: ignore[index]
+
+
+def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
+    """The plan lists the signal after its StartPreemption; the executor runs
+    the steps of a new preemption in order, journal -> reserve -> signal, in
+    one cycle, although signals otherwise go before new preemptions."""
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    other = SetSiteFactor(reason="aging", job_id=3, site_factor=100)
+    run(ex, s0, start(), signal(), other)
+    assert rec.calls == [("create_reservation", RESV), ("signal", 1), ("set_site_factor", 3)]
+    p = journal.load_intents().preemptions[0]
+    assert p.victims[0].state is VictimState.SIGNALLED
+    assert p.victims[0].signalled_at == 1000.0 and p.victims[0].deadline == 1100.0
+    steps = [r["kind"] for r in journal.steps()]
+    assert steps.index("reserve") < steps.index("signal")
+    # The next cycle's plan (same intents) repeats nothing; a repeated signal is not sent.
+    run(ex, s0, signal())
+    assert rec.calls.count(("signal", 1)) == 1
+
+
+def test_start_and_signal_in_one_cycle_sends_no_signal_without_the_reservation(
+        journal: Journal) -> None:
+    ex, rec = make(journal)
+    rec.fail[("create_reservation", RESV)] = ReservationError("Requested nodes are busy")
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    assert rec.calls == [("create_reservation", RESV)]
+    assert journal.preemption(PID)["state"] == "planned"  # type: ignore[index]
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.PLANNED
+    assert journal.read_audit()[-1].outcome.startswith("deferred: reservation not in place")
+    # Resumable: carry_on retries the reservation; the next plan's signal then goes.
+    del rec.fail[("create_reservation", RESV)]
+    run(ex, s0, signal())
+    assert rec.calls == [("create_reservation", RESV), ("create_reservation", RESV),
+                         ("signal", 1)]
+
+
+def test_refused_start_sends_no_signal(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3))  # the beneficiary already runs
+    run(ex, s0, start(), signal())
+    assert rec.calls == []
+    assert journal.preemption(PID) is None
+
+
+def test_no_checkpoint_victim_requeued_in_the_cycle_that_starts(journal: Journal) -> None:
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment="spolicy:v1 class=experimental ckpt=none"),
+              job(3, JobState.PENDING))
+    run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
+                        restart_count=0, after="no-checkpoint"), start())
+    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]

@@ -8,6 +8,7 @@ from slurmpolicy.policy.actions import (
     DeleteReservation,
     FinishPreemption,
     Intents,
+    Plan,
     PreemptionState,
     Requeue,
     SignalCheckpoint,
@@ -206,30 +207,53 @@ def one_victim_cluster(victim_admin=None):
     return b
 
 
-def test_signal_then_wait_then_requeue_after_ack():
+def test_signal_in_the_same_plan_then_wait_then_requeue_after_ack():
     b = one_victim_cluster()
-    intents, _ = started(b)
-    assert intents.preemptions[0].state is PreemptionState.RESERVED
-    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
-    (sig,) = [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
-    assert sig.signal == "USR1" and sig.deadline == b.now + 30 + 120
-    assert not starts(p2)
-    intents = apply_to_intents(intents, p2, b.now + 30)
-    # No ack yet, deadline not reached: nothing.
-    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    kinds = [type(a).__name__ for a in p1.actions if isinstance(a, (StartPreemption,
+                                                                       SignalCheckpoint))]
+    # The signal follows its StartPreemption in the same plan (one cycle, not two).
+    assert kinds == ["StartPreemption", "SignalCheckpoint"]
+    (sig,) = [a for a in p1.actions if isinstance(a, SignalCheckpoint)]
+    (start,) = starts(p1)
+    assert sig.preemption_id == start.preemption_id and sig.job_id == 101
+    assert sig.signal == "USR1" and sig.deadline == b.now + 120
+    assert sig.restart_count == start.restart_counts[0]
+    intents = apply_to_intents(Intents(), p1, b.now)
+    (pre,) = intents.preemptions
+    assert pre.state is PreemptionState.SIGNALLED
+    assert pre.victims[0].state is VictimState.SIGNALLED
+    assert pre.victims[0].signalled_at == b.now and pre.victims[0].deadline == b.now + 120
+    # No ack yet, deadline not reached: nothing, and no second signal.
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
     assert not [a for a in p3.actions if isinstance(a, (Requeue, SignalCheckpoint))]
+    assert not starts(p3)
     # An old ack (before the signal) does not count.
-    b.replace_job(101, comment=f"ckpt:{b.now:.0f}")
-    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    b.replace_job(101, comment=f"ckpt:{b.now - 10:.0f}")
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
-    b.replace_job(101, comment=f"ckpt:{b.now + 50:.0f}")
-    p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    # The ack is acted on in the first plan that sees it.
+    b.replace_job(101, comment=f"ckpt:{b.now + 20:.0f}")
+    p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 25)
     (rq,) = [a for a in p4.actions if isinstance(a, Requeue)]
     assert rq.after == "acknowledged" and rq.reason == \
         "requeue victim 101: checkpoint acknowledged"
-    intents = apply_to_intents(intents, p4, b.now + 60)
-    assert intents.preempted_at[101] == (b.now + 60,)
+    intents = apply_to_intents(intents, p4, b.now + 25)
+    assert intents.preempted_at[101] == (b.now + 25,)
     assert not intents.missed_acks
+
+
+def test_a_victim_left_planned_gets_its_signal_in_the_next_plan():
+    """The executor sends no signal while the reservation is not in place: the
+    victim stays planned in the journal, and the next plan asks again, once."""
+    b = one_victim_cluster()
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    only_start = Plan(actions=tuple(starts(p1)))
+    intents = apply_to_intents(Intents(), only_start, b.now)
+    assert intents.preemptions[0].victims[0].state is VictimState.PLANNED
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    (sig,) = [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
+    assert sig.deadline == b.now + 30 + 120 and not starts(p2)
 
 
 def test_requeue_after_deadline_counts_a_missed_ack():
@@ -247,11 +271,16 @@ def test_requeue_after_deadline_counts_a_missed_ack():
 
 def test_victim_without_checkpoint_is_requeued_without_signal():
     b = one_victim_cluster(d("research", "none"))
-    intents, _ = started(b)
-    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
-    assert not [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
-    (rq,) = [a for a in p2.actions if isinstance(a, Requeue)]
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not [a for a in p1.actions if isinstance(a, SignalCheckpoint)]
+    # Nothing to wait for: its requeue follows the StartPreemption in the same plan.
+    (rq,) = [a for a in p1.actions if isinstance(a, Requeue)]
     assert rq.after == "no-checkpoint"
+    assert p1.actions.index(rq) > p1.actions.index(starts(p1)[0])
+    intents = apply_to_intents(Intents(), p1, b.now)
+    assert intents.preemptions[0].victims[0].state is VictimState.REQUEUED
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    assert not [a for a in p2.actions if isinstance(a, (Requeue, SignalCheckpoint))]
 
 
 def test_victim_that_ended_by_itself_is_not_requeued_and_preemption_finishes():
@@ -326,10 +355,13 @@ def test_second_plan_starts_nothing_new():
     assert len(starts(p1)) == 2
     victims = [v for a in starts(p1) for v in a.victims]
     assert len(victims) == len(set(victims)) == 3
+    # Each victim's signal is in the first plan, once; the second repeats none.
+    signals = [a.job_id for a in p1.actions if isinstance(a, SignalCheckpoint)]
+    assert sorted(signals) == sorted(victims)
     intents = apply_to_intents(Intents(), p1, b.now)
     p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
     assert not starts(p2)
-    assert {a.job_id for a in p2.actions if isinstance(a, SignalCheckpoint)} == set(victims)
+    assert not [a for a in p2.actions if isinstance(a, (SignalCheckpoint, Requeue))]
 
 
 @pytest.mark.parametrize("state", [VictimState.ACKNOWLEDGED, VictimState.DEADLINE])
@@ -365,11 +397,9 @@ def test_victim_ending_by_itself_keeps_the_preemption_until_the_beneficiary_star
     b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
     b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
     b.pend(1, "p", nodes=2, admin_comment=PROD)
-    intents, _ = started(b)
-    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
-    intents = apply_to_intents(intents, p2, b.now + 30)
+    intents, _ = started(b)  # both signalled, deadline in a minute
     b.jobs = [j for j in b.jobs if j.job_id != 101]  # ended by itself
-    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 60)
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
     assert not [a for a in p3.actions if isinstance(a, FinishPreemption)]
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
 

@@ -188,3 +188,24 @@ def test_held_jobs_do_not_take_the_head_of_the_partition():
     b.pend(1, "big", nodes=2, waited=60, admin_comment=RES)
     (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
     assert create.job_id == 1
+
+
+def test_forecasts_are_shared_by_shape_but_not_across_own_reservations():
+    """plan() asks forecast() once per shape and hosts; a job's own active
+    reservation opens hosts to it alone, so it is never answered from another
+    job's forecast."""
+    from slurmpolicy.policy.context import Context
+    from slurmpolicy.policy.reservations import forecast
+
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    staggered(b, [600, 1200, 7200, 7200])
+    b.pend(1, "big", nodes=1, admin_comment=RES)
+    b.pend(2, "big", nodes=1, admin_comment=RES)
+    b.reservations.append(Reservation(name="spolicy_job_2", nodes=("gpu01",),
+                                      start_time=b.now - 60, end_time=b.now + 3600))
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    one, again = forecast(ctx, ctx.by_id[1]), forecast(ctx, ctx.by_id[1])
+    assert again is one and one.hosts == ("gpu02",) and one.start == b.now + 1200
+    two = forecast(ctx, ctx.by_id[2])
+    assert two.hosts == ("gpu01",) and two.start == b.now + 600
+    assert forecast(ctx, ctx.by_id[1], {"gpu02"}).hosts == ("gpu03",)

@@ -59,3 +59,13 @@ def test_bad_duration_names_value_and_forms():
 def test_format_duration_round_trips():
     for s in (0, 59, 3600, 93784, 864000):
         assert parse_duration(format_duration(s)) == s
+
+
+def test_preemption_poll_default_and_bounds(tmp_path):
+    assert settings.Settings().daemon.preemption_poll == 5.0
+    p = tmp_path / "s.toml"
+    p.write_text('[daemon]\npreemption_poll = "10s"\n')
+    assert settings.load(p).daemon.preemption_poll == 10.0
+    p.write_text("[daemon]\npreemption_poll = 0\n")
+    with pytest.raises(ConfigError, match=r"\$\.daemon\.preemption_poll"):
+        settings.load(p)

@@ -147,3 +147,33 @@ def test_slurmpolicy_replay_is_deterministic() -> None:
     assert a == b
     assert a["completed"] == 150 and a["plan_calls"] > 0
     assert a["actions"].get("SetSiteFactor", 0) > 0
+
+
+def _one_preemption(poll: float) -> Simulator:
+    from slurmpolicy.settings import Daemon, Settings
+
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=50.0),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    settings = Settings(daemon=Daemon(interval=30.0, preemption_poll=poll))
+    sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy",
+                    settings=settings)
+    sim.run()
+    return sim
+
+
+def test_slurmpolicy_signals_in_the_cycle_that_starts_and_polls_for_the_ack() -> None:
+    """Like the daemon: the victim is signalled in the cycle that opens the
+    preemption, and cycles every daemon.preemption_poll seconds see its ack."""
+    fast = _one_preemption(poll=5.0)
+    victim, high = fast.by_id[1], fast.by_id[2]
+    assert victim.preemptions == 1 and high.first_start is not None
+    # Blocked at 4000; the next cycle (4020) opens the preemption and signals;
+    # the save takes 50 s, its ack is seen within 5 s, and the freed GPUs are
+    # handed out 1 s after the requeue. (Two cycles, as before, would signal
+    # at 4050 at the earliest.)
+    assert high.first_start - 4000 <= 20 + 50 + 5 + 1
+    assert victim.lost_work <= 5.0
+    slow = _one_preemption(poll=30.0)  # no shorter cycle: the ack waits for the interval
+    assert slow.by_id[2].first_start is not None
+    assert slow.by_id[2].first_start > high.first_start
+    assert slow.by_id[1].lost_work > victim.lost_work
