@@ -33,7 +33,9 @@ class SetSiteFactor(Action):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateReservation(Action):
+class ReservationAction(Action):
+    """A starvation reservation for ``job_id``: its nodes, start and duration (seconds)."""
+
     name: str
     job_id: int
     nodes: tuple[str, ...]
@@ -45,15 +47,13 @@ class CreateReservation(Action):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateReservation(Action):
-    name: str
-    job_id: int
-    nodes: tuple[str, ...]
-    start_time: float
-    duration: float
-    user: str
-    account: str = ""
-    partition: str = ""
+class CreateReservation(ReservationAction):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateReservation(ReservationAction):
+    pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

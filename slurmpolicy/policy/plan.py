@@ -23,7 +23,6 @@ from slurmpolicy.model import Snapshot
 from slurmpolicy.policy import deferral, preemption, priority, reservations
 from slurmpolicy.policy.actions import (
     Action,
-    CreateReservation,
     DeleteReservation,
     FinishPreemption,
     Intents,
@@ -31,12 +30,12 @@ from slurmpolicy.policy.actions import (
     PreemptionIntent,
     PreemptionState,
     Requeue,
+    ReservationAction,
     ReservationIntent,
     SetBeginTime,
     SetSiteFactor,
     SignalCheckpoint,
     StartPreemption,
-    UpdateReservation,
     VictimIntent,
     VictimState,
 )
@@ -96,7 +95,7 @@ def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:
             site[action.job_id] = action.site_factor
         elif isinstance(action, SetBeginTime):
             begin[action.job_id] = action.begin_time
-        elif isinstance(action, (CreateReservation, UpdateReservation)):
+        elif isinstance(action, ReservationAction):
             res[action.name] = ReservationIntent(action.name, action.job_id, action.nodes,
                                                  action.start_time, action.duration)
         elif isinstance(action, DeleteReservation):

@@ -44,15 +44,14 @@ from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
 from slurmpolicy.model import Job, JobState, Node, Partition, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
-    CreateReservation,
     DeleteReservation,
     Intents,
     Requeue,
+    ReservationAction,
     SetBeginTime,
     SetSiteFactor,
     SignalCheckpoint,
     StartPreemption,
-    UpdateReservation,
     VictimState,
 )
 
@@ -192,7 +191,7 @@ class PolicyDriver:
             j = sim.by_id.get(action.job_id)
             if j is not None:
                 sim.set_site_factor(j, action.site_factor)
-        elif isinstance(action, (CreateReservation, UpdateReservation)):
+        elif isinstance(action, ReservationAction):
             sim.set_reservation(action.name, action.nodes, action.start_time - EPOCH,
                                 action.start_time - EPOCH + action.duration, action.job_id)
         elif isinstance(action, StartPreemption):
