@@ -249,10 +249,16 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
             candidates.append((job, why))
     candidates.sort(key=lambda c: (-prio.effective[c[0].job_id], c[0].submit_time or 0.0,
                                    c[0].job_id))
-    for job, why in candidates[:s.max_per_cycle]:
+    chosen = candidates[:s.max_per_cycle]
+    # Higher-priority candidates choose first, as in the cycle that created their
+    # reservations: a candidate is not blocked by the (older) reservations of
+    # candidates still to choose after it, or the choice would depend on what
+    # earlier cycles decided and a second plan would move what the first made.
+    undecided = {reservation_names(ctx.prefix, job.job_id)[0] for job, _ in chosen}
+    for job, why in chosen:
         name = reservation_names(ctx.prefix, job.job_id)[0]
-        mine = {name}
-        blocked = {h for h, names in held_by.items() if names - mine}
+        blocked = {h for h, names in held_by.items() if names - undecided}
+        undecided.discard(name)
         result = forecast(ctx, job, blocked)
         if isinstance(result, NoPlacement):
             actions.append(Annotate(job_id=job.job_id, reason=(
@@ -277,6 +283,11 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
             actions.append(UpdateReservation(
                 reason=(f"move reservation (start {humanize(existing.start_time - ctx.now)} -> "
                         f"{humanize(result.start - ctx.now)}) for {text}"), **fields))  # type: ignore[arg-type]
+        if existing is not None and existing.start_time <= ctx.now and result.start <= ctx.now:
+            continue  # kept as it is, on its own nodes
+        # From here on the reservation sits on result.hosts, not where it was.
+        for names in held_by.values():
+            names.discard(name)
         for h in result.hosts:
             held_by.setdefault(h, set()).add(name)
     return actions

@@ -209,3 +209,26 @@ def test_forecasts_are_shared_by_shape_but_not_across_own_reservations():
     two = forecast(ctx, ctx.by_id[2])
     assert two.hosts == ("gpu01",) and two.start == b.now + 600
     assert forecast(ctx, ctx.by_id[1], {"gpu02"}).hosts == ("gpu03",)
+
+
+def test_competing_starving_jobs_keep_their_reservations_on_the_next_plan():
+    # Hosts gpu03, gpu04 and gpu05 all free in 10 minutes. The older starving
+    # job chooses first, the younger one takes another host. Planned again with
+    # both reservations in the intents, neither moves: the older job must not
+    # see the younger job's reservation as blocking, which would change its
+    # choice among equally early hosts (found by the property test).
+    b = ClusterBuilder(hosts=5, gpus=4, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=600, time_limit=600 + 7200, admin_comment=RES)
+    b.run(102, "r", hosts=[2], ran=600, time_limit=600 + 7200, admin_comment=RES)
+    b.run(103, "r", hosts=[3], ran=600, time_limit=600 + 600, admin_comment=RES)
+    b.run(106, "r", hosts=[4, 5], ran=600, time_limit=600 + 600, admin_comment=RES)
+    b.pend(1, "older", nodes=1, waited=3 * 3600, admin_comment=RES)
+    b.pend(2, "younger", nodes=1, waited=2 * 3600, admin_comment=RES)
+    s = from_mapping({"reservations": {"large_job_gpus": 4}})
+    snap, fab = b.snapshot(), b.fabric()
+    first = plan(snap, fab, s, Intents(), b.now)
+    creates = {a.job_id: a for a in of(first, CreateReservation)}
+    assert set(creates) == {1, 2}
+    assert not set(creates[1].nodes) & set(creates[2].nodes)
+    second = plan(snap, fab, s, apply_to_intents(Intents(), first, b.now), b.now)
+    assert not of(second, CreateReservation) and not of(second, UpdateReservation), second
