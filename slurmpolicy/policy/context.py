@@ -114,22 +114,7 @@ class Context:
         self.fairshare = fairshare.compute(
             settings, (j.account for j in self.pending), self.running, self.total_gpus,
             intents.usage, intents.usage_at, now)
-        self.open_preemptions: list[PreemptionIntent] = intents.open_preemptions()
-        self.preemption_of_beneficiary: dict[int, PreemptionIntent] = {
-            p.beneficiary: p for p in self.open_preemptions}
-        #: Victims of open preemptions not yet requeued, and their deadlines.
-        self.victims_in_flight: dict[int, float | None] = {}
-        self.claimed_hosts: set[str] = set()
-        for p in self.open_preemptions:
-            self.claimed_hosts.update(p.nodes)
-            for v in p.victims:
-                victim = self.by_id.get(v.job_id)
-                still_there = (victim is not None and victim.is_running
-                               and victim.restart_count == v.restart_count)
-                # A requeued victim that Slurm still shows running (a snapshot
-                # taken before the requeue landed) is still taken.
-                if still_there or v.state not in (VictimState.REQUEUED, VictimState.ENDED):
-                    self.victims_in_flight[v.job_id] = v.deadline
+        self.track_preemptions(intents.open_preemptions())
         self._domain_of: dict[Level, dict[str, str]] = {}
         self._free_maps: dict[tuple[Any, ...], dict[str, int]] = {}
         self._fit_tables: dict[tuple[Any, ...], dict[int, int]] = {}
@@ -408,6 +393,35 @@ class Context:
         events.sort()
         self._events[key] = events
         return events
+
+    def track_preemptions(self, open_preemptions: list[PreemptionIntent]) -> None:
+        """Take these open preemptions as in flight: their beneficiaries, claimed
+        hosts and victims (who leave by their checkpoint deadline).
+
+        plan() calls it again with the preemptions it has just started, so that
+        the reservations it plans next count those victims' ends as the next
+        cycle will (answers cached so far are dropped).
+        """
+        self.open_preemptions: list[PreemptionIntent] = open_preemptions
+        self.preemption_of_beneficiary: dict[int, PreemptionIntent] = {
+            p.beneficiary: p for p in open_preemptions}
+        #: Victims of open preemptions not yet requeued, and their deadlines.
+        self.victims_in_flight: dict[int, float | None] = {}
+        self.claimed_hosts: set[str] = set()
+        for p in open_preemptions:
+            self.claimed_hosts.update(p.nodes)
+            for v in p.victims:
+                victim = self.by_id.get(v.job_id)
+                still_there = (victim is not None and victim.is_running
+                               and victim.restart_count == v.restart_count)
+                # A requeued victim that Slurm still shows running (a snapshot
+                # taken before the requeue landed) is still taken.
+                if still_there or v.state not in (VictimState.REQUEUED, VictimState.ENDED):
+                    self.victims_in_flight[v.job_id] = v.deadline
+        for cache in ("_free_maps", "_fit_tables", "_free_totals", "_fits", "_events",
+                      "forecasts"):
+            if hasattr(self, cache):
+                getattr(self, cache).clear()
 
     # --- time -------------------------------------------------------------------
     def expected_end(self, job: Job) -> float:

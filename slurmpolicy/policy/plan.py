@@ -55,12 +55,13 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     actions.extend(preemption.advance_all(ctx))
     started = preemption.start_preemptions(ctx, prio)
     actions.extend(started)
+    if started:
+        # Plan what follows as the next cycle will see it: with these
+        # preemptions in flight (their victims leave by their deadlines).
+        ctx.track_preemptions(
+            apply_to_intents(intents, Plan(actions=tuple(started)), now).open_preemptions())
     beneficiaries = set(ctx.preemption_of_beneficiary)
     claimed = set(ctx.claimed_hosts)
-    for action in started:
-        if isinstance(action, StartPreemption):
-            beneficiaries.add(action.beneficiary)
-            claimed.update(action.nodes)
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
     actions.extend(deferral.deferral_actions(ctx))
     actions.extend(priority.site_factor_actions(ctx, prio))
