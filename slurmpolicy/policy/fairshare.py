@@ -97,7 +97,9 @@ class FairShareState:
         share = self.share(account)
         used = self.usage_fraction.get(account, 0.0)
         state = "under" if used < share else ("over" if used > share else "at")
-        return (f"account {account}: share {share:.0%}, usage {used:.0%} ({state} its share), "
+        # Without slurmdbd, Slurm leaves a job's account empty.
+        name = account or "(none)"
+        return (f"account {name}: share {share:.0%}, usage {used:.0%} ({state} its share), "
                 f"holds {self.allocated.get(account, 0)} GPUs, guaranteed "
                 f"{self.guaranteed_gpus(account):.0f}")
 
