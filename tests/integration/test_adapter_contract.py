@@ -42,7 +42,7 @@ def client(request: pytest.FixtureRequest, devcluster: LiveCluster) -> SlurmClie
     if request.param == "pyslurm":
         reason = pyslurm_client.unavailable_reason(env=env)
         if reason is not None:
-            pytest.skip(reason)
+            pytest.skip(f"pyslurm adapter: {reason}")
         return pyslurm_client.PySlurmClient(env=env)
     return JsonCliClient(env=env, timeout=30)
 
