@@ -20,7 +20,7 @@ import msgspec
 
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.hostlist import HostlistError, expand
-from slurmpolicy.topology.spec import FabricSpec, LinkSpec
+from slurmpolicy.topology.spec import FabricSpec, LinkSpec, read_source
 from slurmpolicy.topology.types import Health
 
 
@@ -208,10 +208,4 @@ def parse_fabric_file(text: str, path: str = "fabric.toml") -> FabricSpec:
 
 def read_fabric_file(path: Path | str) -> FabricSpec:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError(f"{p}: fabric file not found") from None
-    except OSError as exc:
-        raise TopologyError(f"{p}: cannot read: {exc.strerror}") from exc
-    return parse_fabric_file(text, str(p))
+    return parse_fabric_file(read_source(p, "fabric file"), str(p))

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from slurmpolicy.errors import TopologyError
-from slurmpolicy.topology.spec import FabricSpec, GpuLink, HostSpec
+from slurmpolicy.topology.spec import FabricSpec, GpuLink, HostSpec, read_source
 
 PCIE_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _NV = re.compile(r"^NV(\d+)$")
@@ -160,10 +160,7 @@ def read_topo_files(paths: list[Path]) -> FabricSpec:
     """Several hosts' matrices; each file is named after its host (``dgx01.txt``)."""
     spec = FabricSpec(source="nvidia-smi topo -m")
     for p in sorted(paths):
-        try:
-            text = p.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise TopologyError(f"{p}: cannot read: {exc.strerror}") from exc
+        text = read_source(p, "nvidia-smi topo -m output", errors="replace")
         host = p.name.split(".", 1)[0]
         hs = parse_topo_matrix(text, host, str(p))
         if "nvlink_warning" in hs.origin:

@@ -15,6 +15,7 @@ from pathlib import Path
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.hostlist import HostlistError, expand
 from slurmpolicy.model import Node
+from slurmpolicy.topology.spec import read_source
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 _GPU_GRES = re.compile(r"^gpu(?::([^:(]+))?(?::(\d+))?(?:\(.*\))?$", re.IGNORECASE)
@@ -48,17 +49,14 @@ def parse_gres_gpus(gres: str) -> dict[str, int]:
 def read_slurm_conf_nodes(path: Path | str) -> tuple[list[Node], str]:
     """Nodes of slurm.conf and the TopologyPlugin value ("" when unset)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"{p}: cannot read slurm.conf: {exc.strerror}") from exc
+    text = read_source(p, "slurm.conf")
     nodes: dict[str, Node] = {}
     plugin = ""
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        pairs = dict(
+        pairs: dict[str, str] = dict(
             (k.lower(), v) for k, _, v in (t.partition("=") for t in line.split())
         )
         if "topologyplugin" in pairs:

@@ -12,8 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from slurmpolicy.errors import TopologyError
 from slurmpolicy.topology.types import Health, Level
+
+
+def read_source(path: Path, what: str, errors: str = "strict") -> str:
+    """The text of a fabric source file; a TopologyError naming the file and
+    what it was meant to be when it is missing or unreadable."""
+    try:
+        return path.read_text(encoding="utf-8", errors=errors)
+    except FileNotFoundError:
+        raise TopologyError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read {what}: {exc.strerror}") from exc
 
 #: Per-GPU memory of common data-centre GPUs, in GB, used when a source names
 #: the type but not the memory. Types with several memory sizes (a100: 40 or

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.hostlist import HostlistError, expand
-from slurmpolicy.topology.spec import FabricSpec
+from slurmpolicy.topology.spec import FabricSpec, read_source
 
 TREE_KEYS = ("switchname", "switches", "nodes", "linkspeed")
 BLOCK_KEYS = ("blockname", "nodes")
@@ -244,10 +244,4 @@ def _fill_tree(spec: FabricSpec, switches: dict[str, _Switch], path: str) -> Non
 
 def read_topology_conf(path: Path | str) -> FabricSpec:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError(f"{p}: topology.conf not found") from None
-    except OSError as exc:
-        raise TopologyError(f"{p}: cannot read: {exc.strerror}") from exc
-    return parse_topology_conf(text, str(p))
+    return parse_topology_conf(read_source(p, "topology.conf"), str(p))

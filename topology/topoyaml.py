@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpolicy.errors import TopologyError
-from slurmpolicy.topology.spec import FabricSpec
+from slurmpolicy.topology.spec import FabricSpec, read_source
 from slurmpolicy.topology.topoconf import parse_topology_conf
 
 
@@ -185,8 +185,4 @@ def _merge_into(spec: FabricSpec, part: FabricSpec) -> None:
 
 def read_topology_yaml(path: Path | str) -> FabricSpec:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"{p}: cannot read: {exc.strerror}") from exc
-    return parse_topology_yaml(text, str(p))
+    return parse_topology_yaml(read_source(p, "topology.yaml"), str(p))
