@@ -569,14 +569,20 @@ class Executor:
             self._audit(None, "Reserve", f"reservation {spec.name} for preemption {pid}",
                         _outcome(status, msg), job_id=beneficiary)
 
-    def _do_SignalCheckpoint(self, a: SignalCheckpoint, snapshot: Snapshot, now: float) -> None:
-        assert self.client is not None
-        client = self.client
-        key = f"signal:{a.job_id}:{a.restart_count}"
+    def _victim_or_refuse(self, a: SignalCheckpoint | Requeue) -> dict[str, Any] | None:
+        """The journal's row of the victim this step is for, or None (audited as refused)."""
         victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
         if victim is None:
             self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
                         job_id=a.job_id)
+        return victim
+
+    def _do_SignalCheckpoint(self, a: SignalCheckpoint, snapshot: Snapshot, now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        key = f"signal:{a.job_id}:{a.restart_count}"
+        victim = self._victim_or_refuse(a)
+        if victim is None:
             return
         if self.journal.has_step(key) or victim["state"] != VictimState.PLANNED.value:
             self._audit(a, a.kind, a.reason, "reached: already signalled", job_id=a.job_id)
@@ -616,10 +622,8 @@ class Executor:
         assert self.client is not None
         client = self.client
         key = f"requeue:{a.job_id}:{a.restart_count}"
-        victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
+        victim = self._victim_or_refuse(a)
         if victim is None:
-            self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
-                        job_id=a.job_id)
             return
         state = VictimState(victim["state"])
         job = snapshot.job(a.job_id)
