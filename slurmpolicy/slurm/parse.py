@@ -894,7 +894,7 @@ def assemble(*, taken_at: float, slurm_version: str, cluster_name: str, jobs: Se
 
 def load_dir(path: str | Path, now: float | None = None,
              clock: Callable[[], float] = time.time) -> Snapshot:
-    """Read a directory of saved Slurm outputs, named like ../shared/fixtures.
+    """Read a directory of saved Slurm outputs, named like tests/fixtures/slurm/slurm-22.05.
 
     Needs ``squeue.json`` and a node listing (``scontrol-show-nodes.json`` or
     the flat 22.05 ``sinfo.json``); partitions, reservations and ``sprio.txt``

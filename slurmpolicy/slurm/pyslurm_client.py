@@ -7,7 +7,7 @@ imports and its major.minor equals that of the Slurm that answers (pyslurm is
 built against one Slurm release; a mismatch fails in the RPC layer).
 
 What pyslurm 25.11.2 does differently, and how this adapter copes (see
-../shared/fixtures/README.md and pyslurm's own sources):
+tests/fixtures/slurm/README.md and pyslurm's own sources):
 
 - ``Node.allocated_gres`` comes back empty: per-node GPU use is derived from
   the running jobs' allocations (``parse.derive_gpu_use``).

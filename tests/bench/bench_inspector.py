@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from inspector_scenario import big_frame
 
 from slurmpolicy.tui import views
+from tests.paths import FIXTURES
 from slurmpolicy.tui.frame import Filters, order_queue
 
 pytestmark = pytest.mark.bench
@@ -50,7 +51,7 @@ def test_bench_bytes_written_by_top_in_a_terminal(tmp_path: Path) -> None:
 
     tmux = shutil.which("tmux")
     assert tmux, "tmux is needed for this figure"
-    fixtures = Path(__file__).parents[2].parent / "shared" / "fixtures" / "slurm-22.05"
+    fixtures = FIXTURES / "slurm-22.05"
     out = tmp_path / "pane.out"
     out.touch()
     sock = f"spolicy-bench-{id(out)}"

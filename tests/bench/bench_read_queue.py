@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve()
-FIXTURES = HERE.parents[2].parent / "shared" / "fixtures"
+from tests.paths import FIXTURES
 SHAPES = {"22.05": FIXTURES / "slurm-22.05", "25.11": FIXTURES / "slurm-25.11"}
 
 pytestmark = pytest.mark.bench

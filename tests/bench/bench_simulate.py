@@ -32,7 +32,7 @@ from slurmpolicy.sim.trace import read_philly
 
 pytestmark = pytest.mark.bench
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "philly-2017-09-10.csv"
+from tests.paths import PHILLY_TRACE as TRACE
 
 
 def main(argv: list[str] | None = None) -> int:

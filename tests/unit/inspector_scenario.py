@@ -1,6 +1,6 @@
 """Fixed snapshots for the inspector's render tests, built from model objects.
 
-The small one mirrors the recorded scenario of /work/shared/fixtures (8 nodes
+The small one mirrors the recorded scenario of tests/fixtures/slurm (8 nodes
 dgx[01-08], dgx08 drained, jobs 1-12), plus an open preemption and some audit
 rows; ``big_frame`` has 10,000 pending jobs.
 """

@@ -1,5 +1,5 @@
 """``slurmpolicy why`` and ``slurmpolicy top --once`` on the recorded Slurm
-outputs (../shared/fixtures), through the jsoncli adapter's saved-output reader."""
+outputs (tests/fixtures/slurm), through the jsoncli adapter's saved-output reader."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from slurmpolicy.cli import cli
 from slurmpolicy.errors import JobGone
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures"
+from tests.paths import FIXTURES
 RELEASES = ["slurm-22.05", "slurm-25.11"]
 
 

@@ -1,6 +1,6 @@
 """The JSON CLI adapter's decoding on recorded outputs of Slurm 22.05 and 25.11.
 
-The scenario is described in ../shared/fixtures/README.md; both folders hold
+The scenario is described in tests/fixtures/slurm/README.md; both folders hold
 the same cluster state, so every assertion runs on both shapes.
 """
 
@@ -18,7 +18,7 @@ from slurmpolicy.model import JobState
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.jsoncli import classify, parse_signal
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures"
+from tests.paths import FIXTURES
 RELEASES = ["slurm-22.05", "slurm-25.11"]
 
 
@@ -315,6 +315,6 @@ def test_parse_signal():
 
 
 def test_fixture_folder_exists():
-    # A missing ../shared would otherwise make the parametrized tests error out obscurely.
-    assert FIXTURES.is_dir(), f"fixtures expected at {FIXTURES} (the repo's sibling shared/)"
+    # A missing fixtures folder would otherwise make the parametrized tests error out obscurely.
+    assert FIXTURES.is_dir(), f"fixtures expected at {FIXTURES} (tests/fixtures/slurm in the repository)"
     assert os.listdir(FIXTURES / "slurm-25.11")

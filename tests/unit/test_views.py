@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from slurmpolicy.cli import cli
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures"
+from tests.paths import FIXTURES
 
 
 @pytest.mark.parametrize("rel", ["slurm-22.05", "slurm-25.11"])
