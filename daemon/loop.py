@@ -81,7 +81,7 @@ def fabric_sources(settings: Settings) -> list[Path]:
 
 
 def make_client(settings: Settings) -> SlurmClient:
-    from slurmpolicy.slurm.client import connect
+    from slurmpolicy.slurm.connect import connect
 
     options = {"bin_dir": settings.slurm.bin_dir or None,
                "timeout": settings.slurm.command_timeout}

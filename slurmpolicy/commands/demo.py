@@ -107,7 +107,7 @@ class _AuditPrinter:
 
 class Demo:
     def __init__(self, root: Path) -> None:
-        from slurmpolicy.slurm.devcluster import DevCluster
+        from slurmpolicy.devcluster import DevCluster
 
         self.root = root
         self.settings = root / "slurmpolicy.toml"

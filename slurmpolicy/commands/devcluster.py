@@ -1,6 +1,6 @@
 """``slurmpolicy devcluster``: bring a real local Slurm up and down, show its
 state and print the environment a shell needs to use it. Thin calls into
-``slurmpolicy.slurm.devcluster``."""
+``slurmpolicy.devcluster``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
+from slurmpolicy.devcluster import DevCluster, default_state_dir
 from slurmpolicy.errors import DevClusterError
-from slurmpolicy.slurm.devcluster import DevCluster, default_state_dir
 
 _STATE_DIR_HELP = (
     "State directory (config, logs, spool, pids, fake devices). "

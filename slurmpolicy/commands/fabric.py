@@ -66,7 +66,7 @@ def _load(ctx: click.Context, topology_conf: str | None, fabric_file: str | None
     live = False
     if not no_slurm:
         try:
-            from slurmpolicy.slurm.client import connect
+            from slurmpolicy.slurm.connect import connect
 
             snapshot = connect(cfg.slurm.adapter).snapshot()
             nodes = list(snapshot.nodes)

@@ -25,7 +25,7 @@ def read_snapshot(ctx: click.Context, adapter: str | None, from_dir: str | None)
 
         return load_dir(from_dir)
     from slurmpolicy import settings as settings_mod
-    from slurmpolicy.slurm.client import connect
+    from slurmpolicy.slurm.connect import connect
 
     cfg = settings_mod.load((ctx.obj or {}).get("config_path"))
     options: dict[str, object] = {"timeout": cfg.slurm.command_timeout}

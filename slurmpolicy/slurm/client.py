@@ -1,6 +1,6 @@
 """The Slurm port: the one interface the rest of slurmpolicy uses to read and
-steer Slurm. Adapters (``jsoncli``, ``pyslurm_client``) implement it and are
-chosen by :func:`connect`.
+steer Slurm. Adapters (``jsoncli``, ``pyslurm_client``) implement it; the port knows
+none of them: :func:`slurmpolicy.slurm.connect.connect` chooses one.
 
 Every method either succeeds or raises one of the typed errors of
 :mod:`slurmpolicy.errors`, carrying Slurm's own message. Idempotent goals are
@@ -77,26 +77,3 @@ class SlurmClient(Protocol):
 
     def delete_reservation(self, name: str) -> None:
         ...
-
-
-def connect(adapter: str = "auto", **options: object) -> SlurmClient:
-    """Return the adapter the site asked for.
-
-    ``auto`` takes pyslurm when it imports and was built for the Slurm that
-    answers, else the JSON CLI, which works with every Slurm since 21.08.
-    """
-    if adapter not in ("auto", "jsoncli", "pyslurm"):
-        raise ValueError(f"unknown Slurm adapter {adapter!r}; allowed: auto, jsoncli, pyslurm")
-    if adapter in ("auto", "pyslurm"):
-        from slurmpolicy.slurm import pyslurm_client
-
-        reason = pyslurm_client.unavailable_reason()
-        if reason is None:
-            return pyslurm_client.PySlurmClient(**options)  # type: ignore[arg-type]
-        if adapter == "pyslurm":
-            from slurmpolicy.errors import SlurmUnavailable
-
-            raise SlurmUnavailable(f"pyslurm adapter asked for, but {reason}")
-    from slurmpolicy.slurm.jsoncli import JsonCliClient
-
-    return JsonCliClient(**options)  # type: ignore[arg-type]

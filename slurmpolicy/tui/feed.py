@@ -143,7 +143,7 @@ class Feed:
         if self.from_dir is not None:
             return read_saved_snapshot(self.from_dir)
         if self.client is None:
-            from slurmpolicy.slurm.client import connect
+            from slurmpolicy.slurm.connect import connect
 
             options: dict[str, object] = {"timeout": self.settings.slurm.command_timeout}
             if self.settings.slurm.bin_dir:

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from inspector_scenario import big_frame
 
 from slurmpolicy.tui import views
-from tests.paths import FIXTURES
 from slurmpolicy.tui.frame import Filters, order_queue
+from tests.paths import FIXTURES
 
 pytestmark = pytest.mark.bench
 

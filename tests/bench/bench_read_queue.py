@@ -37,8 +37,10 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve()
 from tests.paths import FIXTURES
+
+HERE = Path(__file__).resolve()
+
 SHAPES = {"22.05": FIXTURES / "slurm-22.05", "25.11": FIXTURES / "slurm-25.11"}
 
 pytestmark = pytest.mark.bench
@@ -144,7 +146,7 @@ def run_devcluster(live_jobs: int) -> None:
     """Time squeue --json and JsonCliClient.snapshot() on a private dev cluster."""
     import shutil
 
-    from slurmpolicy.slurm.devcluster import DevCluster
+    from slurmpolicy.devcluster import DevCluster
     from slurmpolicy.slurm.jsoncli import JsonCliClient
 
     state = Path(tempfile.mkdtemp(prefix="bench-dc-", dir="/tmp"))

@@ -29,10 +29,10 @@ from slurmpolicy.settings import Settings
 from slurmpolicy.sim import TraceRules, metrics, replay
 from slurmpolicy.sim.cluster import Hosts
 from slurmpolicy.sim.trace import read_philly
+from tests.paths import PHILLY_TRACE as TRACE
 
 pytestmark = pytest.mark.bench
 
-from tests.paths import PHILLY_TRACE as TRACE
 
 
 def main(argv: list[str] | None = None) -> int:

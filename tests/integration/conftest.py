@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 
-from slurmpolicy.slurm.devcluster import DevCluster
+from slurmpolicy.devcluster import DevCluster
 
 from .slurmtools import LiveCluster, job_user, wait_until
 

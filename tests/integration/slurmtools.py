@@ -20,8 +20,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from slurmpolicy.devcluster import DevCluster
 from slurmpolicy.errors import DevClusterError
-from slurmpolicy.slurm.devcluster import DevCluster
 
 #: The ordinary (non-root) user test jobs run as; scripts/setup and .ci/run create it.
 TEST_USER = os.environ.get("SLURMPOLICY_TEST_USER", "spuser")

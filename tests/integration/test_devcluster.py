@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmpolicy.devcluster import DevCluster, _pid_alive
 from slurmpolicy.errors import DevClusterError
-from slurmpolicy.slurm.devcluster import DevCluster, _pid_alive
 
 from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
 

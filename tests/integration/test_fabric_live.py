@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmpolicy.slurm.devcluster import DevCluster
+from slurmpolicy.devcluster import DevCluster
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parents[2]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmpolicy import devcluster as dcmod
+from slurmpolicy.devcluster import DevCluster, SlurmInstall
 from slurmpolicy.errors import DevClusterError
-from slurmpolicy.slurm import devcluster as dcmod
-from slurmpolicy.slurm.devcluster import DevCluster, SlurmInstall
 
 SYSTEM = SlurmInstall(sbin=Path("/usr/sbin"), bin=Path("/usr/bin"), plugin_dir=None)
 

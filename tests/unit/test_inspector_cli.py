@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from slurmpolicy.cli import cli
 from slurmpolicy.errors import JobGone
-
 from tests.paths import FIXTURES
+
 RELEASES = ["slurm-22.05", "slurm-25.11"]
 
 

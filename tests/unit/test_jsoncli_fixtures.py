@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,8 @@ from slurmpolicy.errors import SlurmError, SlurmParseError
 from slurmpolicy.model import JobState
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.jsoncli import classify, parse_signal
-
 from tests.paths import FIXTURES
+
 RELEASES = ["slurm-22.05", "slurm-25.11"]
 
 
@@ -316,5 +315,5 @@ def test_parse_signal():
 
 def test_fixture_folder_exists():
     # A missing fixtures folder would otherwise make the parametrized tests error out obscurely.
-    assert FIXTURES.is_dir(), f"fixtures expected at {FIXTURES} (tests/fixtures/slurm in the repository)"
+    assert FIXTURES.is_dir(), f"fixtures expected at {FIXTURES} (tests/fixtures/slurm)"
     assert os.listdir(FIXTURES / "slurm-25.11")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from slurmpolicy.cli import cli
-
 from tests.paths import FIXTURES
 
 

@@ -79,7 +79,7 @@ def test_connect_auto_falls_back_to_jsoncli_with_the_reason():
     import pytest
 
     from slurmpolicy.errors import SlurmUnavailable
-    from slurmpolicy.slurm.client import connect
+    from slurmpolicy.slurm.connect import connect
     from slurmpolicy.slurm.jsoncli import JsonCliClient
 
     reason = pyslurm_client.unavailable_reason()

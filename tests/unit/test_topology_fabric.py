@@ -288,7 +288,7 @@ def test_no_source_at_all_is_an_error(tmp_path):
 
 def test_devcluster_generated_files_give_the_expected_fabric(tmp_path):
     """The dev cluster's own slurm.conf + topology.conf, as DevCluster writes them."""
-    from slurmpolicy.slurm.devcluster import DevCluster
+    from slurmpolicy.devcluster import DevCluster
 
     dc = DevCluster(tmp_path / "dc", nodes=8, gpus_per_node=8, racks=2)
     dc.write_config(46800, list(range(46811, 46819)))
