@@ -48,6 +48,7 @@ from slurmpolicy.model import (
     Reservation,
     Snapshot,
 )
+from slurmpolicy.slurm.classify import classify
 
 # Slurm's sentinels in the plain-number shape (22.05): NO_VAL and INFINITE,
 # 32 and 64 bit. Anything at or above NO_VAL means "not a real number".
@@ -246,8 +247,6 @@ def decode(raw: bytes, kind: type, what: str) -> Any:
             raise _parse_error(exc2, what) from exc2
     errors = getattr(doc, "errors", None)
     if errors:
-        from slurmpolicy.slurm.jsoncli import classify
-
         raise classify("; ".join(_error_text(e) for e in errors), what)
     return doc
 

@@ -37,7 +37,7 @@ from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.client import ReservationSpec, SignalTarget
-from slurmpolicy.slurm.jsoncli import JsonCliClient, classify, parse_signal
+from slurmpolicy.slurm.commands import SlurmCommands, classify, parse_signal, reservation_args
 
 # Slurm's reservation flag names (scontrol) <-> pyslurm's ReservationFlags.
 _RESV_FLAG_TO_PYSLURM = {
@@ -64,7 +64,7 @@ def unavailable_reason(bin_dir: str | None = None,
                 "'pyslurm' extra built against this Slurm (pip install 'slurmpolicy[pyslurm]')")
     built_for = _major_minor(getattr(pyslurm, "__version__", ""))
     try:
-        answering = JsonCliClient(bin_dir=bin_dir, env=env, timeout=10).version()
+        answering = SlurmCommands(bin_dir=bin_dir, env=env, timeout=10).version()
     except SlurmError as exc:
         return f"cannot tell which Slurm answers: {exc}"
     if built_for != answering:
@@ -121,7 +121,7 @@ class PySlurmClient:
                  clock: Callable[[], float] = time.time) -> None:
         # pyslurm reads SLURM_CONF once, when it is imported; the CLI side
         # (sprio, scontrol for what pyslurm cannot do) gets env explicitly.
-        self.cli = JsonCliClient(bin_dir=bin_dir, timeout=timeout, env=env, clock=clock)
+        self.cli = SlurmCommands(bin_dir=bin_dir, timeout=timeout, env=env, clock=clock)
         self.clock = clock
 
     # ---------------------------------------------------------------- reads
@@ -253,7 +253,7 @@ class PySlurmClient:
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         if int(site_factor) == 0:
             # pyslurm drops a falsy site_factor; scontrol sets it.
-            self.cli.set_site_factor(job_id, 0)
+            self.cli.update_job(job_id, "sitefactor", "0")
             return
         self._modify(job_id, "site_factor", site_factor=int(site_factor))
 
@@ -286,7 +286,7 @@ class PySlurmClient:
     def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
         import pyslurm
 
-        JsonCliClient._reservation_args(spec, create)  # same validation, same messages
+        reservation_args(spec, create)  # same validation, same messages
         fields: dict[str, Any] = {"start_time": int(spec.start_time),
                                   "duration": int(spec.duration_minutes)}
         if spec.nodes:
