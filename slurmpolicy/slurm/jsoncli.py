@@ -51,6 +51,7 @@ class JsonCliClient(SlurmCommands):
     """The :class:`~slurmpolicy.slurm.client.SlurmClient` over Slurm's commands."""
 
     name = "jsoncli"
+    adapter_note = ""
 
     # ---------------------------------------------------------------- reads
 

@@ -864,7 +864,9 @@ def derive_gpu_use(nodes: Sequence[Node], jobs: Sequence[Job]) -> list[Node]:
         if n.gpus_alloc_by_type is not _UNKNOWN_ALLOC:
             out.append(n)
             continue
-        alloc: dict[str, int] = {}
+        # Every configured type is listed, idle ones at 0, as Slurm's
+        # gres_used prints them ("gpu:h100:0(IDX:N/A)").
+        alloc: dict[str, int] = dict.fromkeys(n.gpus_by_type, 0)
         types = list(n.gpus_by_type)
         for gtype, count in held.get(n.name, {}).items():
             key = gtype if gtype is not None else (types[0] if len(types) == 1 else "")

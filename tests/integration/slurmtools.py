@@ -22,9 +22,13 @@ from typing import TypeVar
 
 from slurmpolicy.devcluster import DevCluster
 from slurmpolicy.errors import DevClusterError
+from slurmpolicy.slurm.client import SlurmClient
 
 #: The ordinary (non-root) user test jobs run as; scripts/setup and .ci/run create it.
 TEST_USER = os.environ.get("SLURMPOLICY_TEST_USER", "spuser")
+#: The adapter integration tests read and steer Slurm with (and the test
+#: daemons are configured with): CI runs the suite once per adapter.
+TEST_ADAPTER = os.environ.get("SLURMPOLICY_TEST_ADAPTER", "jsoncli")
 
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -225,3 +229,15 @@ class LiveCluster(DevCluster):
                 return
             time.sleep(0.2)
         raise AssertionError(f"nodes not all idle after {timeout}s: {states}")
+
+
+def adapter_client(cluster: DevCluster, timeout: float = 30) -> SlurmClient:
+    """The SlurmClient of the adapter under test (SLURMPOLICY_TEST_ADAPTER), on ``cluster``.
+
+    Asked for by name, so a pyslurm run that cannot use pyslurm fails with
+    the reason instead of quietly reading through the JSON CLI.
+    """
+    from slurmpolicy.slurm.connect import connect
+
+    return connect(TEST_ADAPTER, env=cluster.env(), timeout=timeout)
+

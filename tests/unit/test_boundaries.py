@@ -73,7 +73,8 @@ SLURM_LAYER = {
     "parse": {"classify"},
     "commands": {"classify", "client", "parse"},
     "jsoncli": {"client", "commands", "parse"},
-    "pyslurm_client": {"client", "commands", "parse", "classify"},
+    "probe": {"commands"},
+    "pyslurm_client": {"client", "commands", "parse", "classify", "probe"},
     "connect": {"client", "jsoncli", "pyslurm_client", "probe"},
 }
 
