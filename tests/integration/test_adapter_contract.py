@@ -179,17 +179,25 @@ def test_requeue_counts_restarts(client: SlurmClient, devcluster: LiveCluster,
     devcluster.wait_state(job_id, "RUNNING")
     devcluster.wait_state(held_id, "RUNNING")
     client.requeue(job_id)
-    # 22.05 first shows the requeued job as COMPLETING (one state word, no base).
-    j = wait_job(client, job_id, lambda j: j.restart_count == 1 and j.is_pending,
-                 "pending with restart count 1")
+    # 22.05 first shows the requeued job as COMPLETING (one state word, no
+    # base); 25.11 as PENDING with the flags COMPLETING and REQUEUED, its
+    # nodes still listed until the epilog ends. Done means pending, restart
+    # count 1, and no longer completing anywhere.
+    j = wait_job(client, job_id, lambda j: j.restart_count == 1 and j.is_pending
+                 and "COMPLETING" not in j.state_flags,
+                 "pending with restart count 1, no longer completing")
     assert j.nodes == ()
     with pytest.raises(JobAlreadyPending) as err:
         client.requeue(job_id)
     assert err.value.slurm_message  # Slurm's own words are kept
     client.requeue(held_id, hold=True)
-    held = wait_job(client, held_id, lambda j: j.restart_count == 1 and j.is_pending,
-                    "pending with restart count 1")
+    held = wait_job(client, held_id, lambda j: j.restart_count == 1 and j.is_pending
+                    and "COMPLETING" not in j.state_flags,
+                    "pending with restart count 1, no longer completing")
+    # 22.05 says JobHeldAdmin, 25.11 JobHeldUser (with the description "job
+    # requeued in held state"): both are held.
     assert held.is_held, held.reason
+    assert held.reason in ("JobHeldAdmin", "JobHeldUser"), held.reason
     devcluster.slurm_cmd("scontrol", "release", str(held_id))
 
 
