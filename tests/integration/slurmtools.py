@@ -81,7 +81,17 @@ def job_user() -> str | None:
 
 
 class LiveCluster(DevCluster):
-    """A DevCluster plus what tests need to drive it as an ordinary user."""
+    """A DevCluster plus what tests need to drive it as an ordinary user.
+
+    Runs the Slurm under test: ``SLURMPOLICY_TEST_SLURM_PREFIX`` (CI runs the
+    suite on 22.05 and on 25.11 built at a prefix) unless told otherwise.
+    """
+
+    def __init__(self, state_dir: Path | str, **options: object) -> None:
+        prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
+        if prefix and options.get("slurm_prefix") is None:
+            options["slurm_prefix"] = Path(prefix)
+        super().__init__(state_dir, **options)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------ commands
     def as_user(self, argv: Sequence[str], user: str | None = None) -> list[str]:
