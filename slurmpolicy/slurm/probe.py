@@ -18,8 +18,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from slurmpolicy.errors import SlurmError
 from slurmpolicy.slurm.commands import SlurmCommands
@@ -115,19 +117,41 @@ def _probe(bin_dir: str | None, env: Mapping[str, str] | None, conf: str) -> Pys
                          slurm_conf=conf)
 
 
-def import_pyslurm(env: Mapping[str, str] | None = None) -> object:
-    """Import pyslurm in this process, after a good probe, with the right SLURM_CONF.
+#: The slurm.conf pyslurm's Slurm API is initialised with in this process.
+_active_conf: str | None = None
+_lock = threading.Lock()
+
+
+def import_pyslurm(env: Mapping[str, str] | None = None) -> Any:
+    """pyslurm, initialised for the cluster of ``env``'s SLURM_CONF; after a good probe.
 
     Raises SlurmError (never lets Slurm's fatal() end the process) when the
-    probe says pyslurm cannot be used.
+    probe says pyslurm cannot be used. Slurm's API holds one configuration
+    per process: pyslurm is imported with its automatic ``slurm_init()``
+    turned off and initialised here, and re-initialised (``slurm_fini`` then
+    ``slurm_init``) when a client of another cluster asks for it, so that two
+    clusters (a test session's, an HA pair's) can be read from one process.
     """
+    global _active_conf
     status = pyslurm_status(env=env)
     if status.reason is not None:
         raise SlurmError(f"pyslurm adapter unavailable: {status.reason}")
-    if "pyslurm" not in sys.modules and status.slurm_conf:
-        # pyslurm's slurm_init() reads SLURM_CONF from this process's
-        # environment, once, at import.
-        os.environ.setdefault("SLURM_CONF", status.slurm_conf)
-    import pyslurm
+    with _lock:
+        first = "pyslurm" not in sys.modules
+        if first:
+            os.environ["PYSLURM_DISABLE_AUTO_INIT"] = "1"
+        import pyslurm
 
+        if first or _active_conf is None:
+            if not first:
+                # Imported before we managed it (auto-initialised from this
+                # process's SLURM_CONF at the time).
+                _active_conf = os.environ.get("SLURM_CONF", "")
+            else:
+                pyslurm.slurm_init(status.slurm_conf or None)
+                _active_conf = status.slurm_conf
+        if _active_conf != status.slurm_conf:
+            pyslurm.slurm_fini()
+            pyslurm.slurm_init(status.slurm_conf or None)
+            _active_conf = status.slurm_conf
     return pyslurm

@@ -155,12 +155,17 @@ class PySlurmClient:
         self.clock = clock
         # Probe first: a bare import without a readable slurm.conf would end
         # the process. Raises SlurmError with the reason when unusable.
-        import_pyslurm(env)
+        self._env = dict(env or {})
+        import_pyslurm(self._env)
+
+    def _api(self) -> Any:
+        """pyslurm, initialised for this client's cluster (see probe.import_pyslurm)."""
+        return import_pyslurm(self._env)
 
     # ---------------------------------------------------------------- reads
 
     def snapshot(self) -> Snapshot:
-        import pyslurm
+        pyslurm = self._api()
 
         sites = self.cli.site_factors()
         taken_at = self.clock()
@@ -317,9 +322,8 @@ class PySlurmClient:
 
     # ---------------------------------------------------------------- writes
 
-    @staticmethod
-    def _modify(job_id: int, what: str, **changes: Any) -> None:
-        import pyslurm
+    def _modify(self, job_id: int, what: str, **changes: Any) -> None:
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Job({job_id}).modify({what})"):
             pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
@@ -332,7 +336,7 @@ class PySlurmClient:
         self._modify(job_id, "site_factor", site_factor=int(site_factor))
 
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         if target not in ("batch", "all"):
             raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
@@ -342,7 +346,7 @@ class PySlurmClient:
             pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=target)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Job({job_id}).requeue(hold={hold})"):
             pyslurm.Job(_check_id(job_id)).requeue(hold=hold)
@@ -356,9 +360,8 @@ class PySlurmClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
-    @staticmethod
-    def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
-        import pyslurm
+    def _resv_fields(self, spec: ReservationSpec, create: bool) -> dict[str, Any]:
+        pyslurm = self._api()
 
         reservation_args(spec, create)  # same validation, same messages
         fields: dict[str, Any] = {"start_time": int(spec.start_time),
@@ -380,14 +383,14 @@ class PySlurmClient:
         return fields
 
     def create_reservation(self, spec: ReservationSpec) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         fields = self._resv_fields(spec, create=True)
         with _rpc(f"pyslurm Reservation({spec.name}).create", ReservationError):
             pyslurm.Reservation(name=spec.name, **fields).create()
 
     def update_reservation(self, spec: ReservationSpec) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         fields = self._resv_fields(spec, create=False)
         fields.pop("flags", None)  # as with scontrol: flags are set at creation
@@ -395,7 +398,7 @@ class PySlurmClient:
             pyslurm.Reservation(name=spec.name, **fields).modify()
 
     def delete_reservation(self, name: str) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Reservation({name}).delete", ReservationError):
             pyslurm.Reservation(name).delete()
