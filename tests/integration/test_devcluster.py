@@ -358,8 +358,10 @@ def test_up_on_a_half_up_cluster_completes_it_and_keeps_its_jobs(
     for job in jobs.values():
         cluster.wait_state(job, "RUNNING")
         cluster.read_file(wd / f"started.{job}")
-    procs = {job: set(_job_pids(cluster, job)) for job in jobs.values()}
-    assert all(procs.values())
+    # The batch shells (their `sleep 0.2` children come and go).
+    procs = {job: {p for p, cmd in _job_pids(cluster, job).items() if "slurm_script" in cmd}
+             for job in jobs.values()}
+    assert all(len(pids) == 1 for pids in procs.values()), procs
 
     def jobs_intact() -> None:
         for job, pids in procs.items():
@@ -378,9 +380,13 @@ def test_up_on_a_half_up_cluster_completes_it_and_keeps_its_jobs(
     assert again.slurmctld == ctld and _slurmd_pid(cluster, "gpu01") == old_slurmd1
     jobs_intact()
 
-    # 2. The reverse: slurmctld dead, both slurmd up: up starts slurmctld, which
-    # recovers the running jobs from its state.
-    _crash(ctld.pid)
+    # 2. The reverse: slurmctld stopped, both slurmd up: up starts slurmctld, which
+    # recovers the running jobs from its saved state. (SIGTERM: a slurmctld killed
+    # within a second of a job's start has not saved that start, and on restart
+    # Slurm itself ends such a job as an orphan; no dev cluster can prevent that.)
+    os.kill(ctld.pid, signal.SIGTERM)
+    wait_until(lambda: not _pid_alive(ctld.pid) or None, timeout=30,  # type: ignore[arg-type]
+               what="slurmctld to stop")
     assert not cluster.status().running
     again = cluster.up()
     assert again.running and again.slurmctld is not None and again.slurmctld.pid != ctld.pid
@@ -426,7 +432,7 @@ def test_this_slurm_supports_several_slurmd(devcluster: LiveCluster) -> None:
     ok, lib = multiple_slurmd_support(devcluster.slurm)
     assert ok is True and lib is not None and lib.name.startswith("libslurmfull"), (ok, lib)
     config = devcluster.slurm_cmd("scontrol", "show", "config").stdout
-    assert re.search(r"^MULTIPLE_SLURMD\s+=\s+Yes", config, re.M), config
+    assert re.search(r"^MULTIPLE_SLURMD\s+=\s+yes$", config, re.M | re.I), config  # Yes in 22.05
     assert not SINGLE_SLURMD_LOG.search(devcluster.ctld_log.read_text(errors="replace"))
 
 
