@@ -953,6 +953,8 @@ class DevCluster:
         with the reason. It never stops a job.
         """
         marker = self._check_state_dir()
+        if marker is not None:
+            self._check_same_slurm(marker)
         slurm = self.slurm
         current = self.status() if marker is not None else None
         if current is not None and current.running:
@@ -1031,6 +1033,23 @@ class DevCluster:
                 and ports[0] != self.first_slurmd_port):
             out.append(f"first_slurmd_port {ports[0]} (asked {self.first_slurmd_port})")
         return out
+
+    def _check_same_slurm(self, marker: Mapping[str, object]) -> None:
+        """Refuse to start another Slurm on the saved state of this one: slurmctld's
+        state files are its version's (an older one stops at "CLUSTER NAME MISMATCH",
+        a newer one reads at most two releases back)."""
+        def where(p: object) -> str:
+            return str(Path(str(p)).expanduser().resolve()) if p else "the system's Slurm"
+
+        recorded, asked = where(marker.get("slurm_prefix")), where(self.slurm_prefix)
+        saved = self.spool_dir / "slurmctld"
+        if recorded != asked and saved.is_dir() and any(saved.iterdir()):
+            option = (f"--slurm-prefix {recorded}" if marker.get("slurm_prefix")
+                      else "no --slurm-prefix")
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} keeps the saved state of {recorded} "
+                f"in {saved}, which {asked} cannot take over: run `up` with {option}, or "
+                "choose another --state-dir")
 
     def _complete(self, marker: Mapping[str, object], current: ClusterStatus,
                   timeout: float) -> ClusterStatus:

@@ -394,7 +394,8 @@ def test_up_on_a_half_up_cluster_completes_it_and_keeps_its_jobs(
 
     # 3. Half up and another shape asked: refused with the reason; nothing is touched.
     _crash(_slurmd_pid(cluster, "gpu01"))
-    other = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    other = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                        slurm_prefix=cluster.slurm_prefix)
     with pytest.raises(DevClusterError,
                        match=r"partly running: .*slurmd\.gpu01 not.*nodes 2 \(asked 3\)"):
         other.up()
@@ -455,10 +456,20 @@ def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -
     assert set(again.node_states) == {"gpu01", "gpu02"}
     # The same state dir takes another shape after a down.
     cluster.down()
-    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                         slurm_prefix=cluster.slurm_prefix)
     reshaped = bigger.up()
     assert set(reshaped.node_states) == {"gpu01", "gpu02", "gpu03"}
     assert len(cluster.status().slurmds) == 3  # status follows the state dir's record
+    # Another Slurm cannot take over the saved state: refused, nothing started.
+    cluster.down()
+    other_prefix = None if cluster.slurm_prefix else Path("/opt/slurm-25.11")
+    other = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                        slurm_prefix=other_prefix)
+    with pytest.raises(DevClusterError, match=r"keeps the saved state of .* cannot take over: "
+                                              r"run `up` with (--slurm-prefix \S+|no --slurm)"):
+        other.up()
+    assert cluster.status().stopped and cluster.cluster_processes() == {}
 
 
 @pytest.fixture
