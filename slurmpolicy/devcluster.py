@@ -83,6 +83,9 @@ class ClusterStatus:
     controller_responds: bool
     node_states: Mapping[str, str]
     munged: str
+    #: Live processes of the cluster besides the pid-file daemons: job step
+    #: daemons, job processes, slurmscriptd (``DevCluster.cluster_processes``).
+    other_processes: int = 0
 
     @property
     def running(self) -> bool:
@@ -111,6 +114,7 @@ class ClusterStatus:
             "slurmds": [dataclasses.asdict(d) for d in self.slurmds],
             "node_states": dict(self.node_states),
             "munged": self.munged,
+            "other_processes": self.other_processes,
         }
 
 
@@ -1248,8 +1252,10 @@ class DevCluster:
                                          time.localtime(float(info["started_at"])))
                     munged = (f"running (started by devcluster up at {when}, pid {info['pid']}; "
                               "left running: a shared system service)")
+        daemons = {d.pid for d in (ctld, *slurmds) if d.alive}
+        others = sum(1 for pid in self.cluster_processes() if pid not in daemons)
         return ClusterStatus(self.state_dir, self.cluster_name, True, ctld, slurmds, responds,
-                             states, munged)
+                             states, munged, others)
 
     # ---------------------------------------------------------------- down
     def cluster_processes(self) -> dict[int, str]:

@@ -264,7 +264,9 @@ def cluster_fixture() -> Iterator[LiveCluster]:
     job_user()
     state = Path(tempfile.mkdtemp(prefix="spdd-", dir="/tmp"))
     os.chmod(state, 0o755)
-    c = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1)
+    # The Slurm under test, like every devcluster fixture (25.11 at a prefix in CI).
+    c = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1,
+                    slurm_prefix=os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX") or None)
     c.up()
     try:
         yield c

@@ -322,6 +322,7 @@ def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     assert len(steps) >= 3, "batch x2 and the srun step have a slurmstepd"
     before = _processes_referring_to(cluster.state_dir)
     assert set(steps) <= set(before), (steps, before)
+    assert cluster.status().other_processes >= len(steps) + 3  # + the three batch shells
 
     stopped = cluster.down()
 
@@ -331,7 +332,7 @@ def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
     assert not any(_pid_alive(p) for p in before), {p: c for p, c in before.items()
                                                      if _pid_alive(p)}
     assert _processes_referring_to(cluster.state_dir) == {}
-    assert cluster.status().stopped
+    assert cluster.status().stopped and cluster.status().other_processes == 0
     assert cluster.cluster_processes() == {}
     # down is idempotent
     assert cluster.down() == []
