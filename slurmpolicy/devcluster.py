@@ -189,12 +189,8 @@ MULTIPLE_SLURMD_FIX = (
 def slurm_library(install: SlurmInstall) -> Path | None:
     """The ``libslurmfull.so`` Slurm's daemons run with (read_config.c lives there),
     or None when it cannot be found."""
-    candidates = []
-    if install.plugin_dir is not None:
-        candidates.append(install.plugin_dir / "libslurmfull.so")
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+    if install.plugin_dir is not None and (install.plugin_dir / "libslurmfull.so").is_file():
+        return install.plugin_dir / "libslurmfull.so"
     # A system install: ask the dynamic loader where slurmd's copy is.
     ldd = shutil.which("ldd", path="/usr/bin:/bin")
     if ldd is None:
@@ -327,6 +323,11 @@ def _proc_cmdline(pid: int) -> str:
             errors="replace")
     except OSError:
         return ""
+
+
+def _where(prefix: object) -> str:
+    """A Slurm prefix as recorded or asked, for comparing and for messages."""
+    return str(Path(str(prefix)).expanduser().resolve()) if prefix else "the system's Slurm"
 
 
 def _proc_link(pid: int, what: str) -> str:
@@ -1022,16 +1023,11 @@ class DevCluster:
             recorded = marker.get(key)
             if recorded is not None and recorded != getattr(self, key):
                 out.append(f"{key} {recorded} (asked {getattr(self, key)})")
-
-        def where(p: object) -> str:
-            return str(Path(str(p)).expanduser().resolve()) if p else "the system's Slurm"
-
-        if where(marker.get("slurm_prefix")) != where(self.slurm_prefix):
-            out.append(f"Slurm {where(marker.get('slurm_prefix'))} "
-                       f"(asked {where(self.slurm_prefix)})")
-        for key, asked in (("ctld_port", self.ctld_port),):
-            if asked is not None and marker.get(key) not in (None, asked):
-                out.append(f"{key} {marker.get(key)} (asked {asked})")
+        if _where(marker.get("slurm_prefix")) != _where(self.slurm_prefix):
+            out.append(f"Slurm {_where(marker.get('slurm_prefix'))} "
+                       f"(asked {_where(self.slurm_prefix)})")
+        if self.ctld_port is not None and marker.get("ctld_port") not in (None, self.ctld_port):
+            out.append(f"ctld_port {marker.get('ctld_port')} (asked {self.ctld_port})")
         ports = marker.get("slurmd_ports")
         if (self.first_slurmd_port is not None and isinstance(ports, list) and ports
                 and ports[0] != self.first_slurmd_port):
@@ -1042,10 +1038,7 @@ class DevCluster:
         """Refuse to start another Slurm on the saved state of this one: slurmctld's
         state files are its version's (an older one stops at "CLUSTER NAME MISMATCH",
         a newer one reads at most two releases back)."""
-        def where(p: object) -> str:
-            return str(Path(str(p)).expanduser().resolve()) if p else "the system's Slurm"
-
-        recorded, asked = where(marker.get("slurm_prefix")), where(self.slurm_prefix)
+        recorded, asked = _where(marker.get("slurm_prefix")), _where(self.slurm_prefix)
         saved = self.spool_dir / "slurmctld"
         if recorded != asked and saved.is_dir() and any(saved.iterdir()):
             option = (f"--slurm-prefix {recorded}" if marker.get("slurm_prefix")
