@@ -78,11 +78,6 @@ def devcluster_factory() -> Iterator[Callable[..., LiveCluster]]:
     def make(**options: Any) -> LiveCluster:
         job_user()  # fail early, with the hint, when the test user is missing
         state_dir = options.pop("state_dir", None) or _new_state_dir()
-        # Every cluster of a session runs the Slurm under test (CI runs the
-        # suite on 22.05 and on 25.11 built at a prefix).
-        prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
-        if prefix:
-            options.setdefault("slurm_prefix", Path(prefix))
         cluster = LiveCluster(state_dir, **options)
         started.append(cluster)
         cluster.up()

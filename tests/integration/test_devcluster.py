@@ -465,8 +465,9 @@ def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -
     # Another Slurm cannot take over the saved state: refused, nothing started.
     cluster.down()
     other_prefix = None if cluster.slurm_prefix else Path("/opt/slurm-25.11")
-    other = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
-                        slurm_prefix=other_prefix)
+    # A DevCluster: a LiveCluster would take the Slurm under test for None.
+    other = DevCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                       slurm_prefix=other_prefix)
     with pytest.raises(DevClusterError, match=r"keeps the saved state of .* cannot take over: "
                                               r"run `up` with (--slurm-prefix \S+|no --slurm)"):
         other.up()

@@ -17,6 +17,8 @@ import pytest
 
 from slurmpolicy.devcluster import DevCluster
 
+from .slurmtools import LiveCluster
+
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parents[2]
 
@@ -25,9 +27,7 @@ ROOT = Path(__file__).parents[2]
 def cluster() -> Iterator[DevCluster]:
     state = Path(tempfile.mkdtemp(prefix="spdc-fabric-", dir="/tmp"))
     os.chmod(state, 0o755)
-    # The Slurm under test, like every devcluster fixture (25.11 at a prefix in CI).
-    dc = DevCluster(state, nodes=8, gpus_per_node=8, racks=2,
-                    slurm_prefix=os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX") or None)
+    dc = LiveCluster(state, nodes=8, gpus_per_node=8, racks=2)
     dc.up(timeout=120)
     try:
         yield dc
