@@ -76,14 +76,25 @@ class Fabric:
             known = set(known_nodes)
             unknown = sorted(set(spec.hosts) - known)
             if unknown:
+                # As Slurm does ("Invalid hostnames in switch configuration"): warn and
+                # leave them out; a file naming a retired node must not stop the daemon.
                 from slurmpolicy.hostlist import compress
 
                 where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
                                 if o.rsplit(":", 1)[-1].isdigit()})[:3]
-                raise TopologyError(
-                    f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
-                    f" Slurm; expected only nodes Slurm knows ({compress(sorted(known))})"
+                self.warnings.append(
+                    f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known"
+                    " to Slurm; left out of the fabric, as Slurm leaves them out"
                 )
+                from dataclasses import replace
+
+                gone = set(unknown)
+                spec = replace(spec, hosts={h: hs for h, hs in spec.hosts.items()
+                                            if h in known},
+                               links=[lk for lk in spec.links
+                                      if lk.a.split(":")[0] not in gone
+                                      and lk.b.split(":")[0] not in gone])
+                self.spec = spec
         self.hosts: tuple[str, ...] = tuple(sorted(spec.hosts))
         self._index = {h: i for i, h in enumerate(self.hosts)}
         self._build_levels()

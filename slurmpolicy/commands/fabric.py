@@ -23,7 +23,7 @@ from slurmpolicy.errors import SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import Node
 from slurmpolicy.topology import Fabric
-from slurmpolicy.topology.render import render
+from slurmpolicy.topology.render import render, source_form
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Shape
 
 
@@ -234,15 +234,16 @@ def check(loaded: _Loaded, as_json: bool) -> None:
 
 # -------------------------------------------------------------------- render
 @fabric.command("render")
-@click.option("--form", type=click.Choice(["tree", "block", "yaml"]), default="tree",
-              show_default=True,
-              help="topology.conf tree (IB switches) or block (NVLink domains), or"
-                   " topology.yaml (Slurm 25.05+) with both.")
+@click.option("--form", type=click.Choice(["tree", "block", "ring", "yaml"]), default=None,
+              help="topology.conf tree (IB switches), block (NVLink domains) or ring"
+                   " (Slurm 26.05), or topology.yaml (Slurm 25.05+) with tree and block."
+                   "  [default: the form the topology source was written in]")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write to this file instead of standard output.")
 @_with_sources
-def render_cmd(loaded: _Loaded, as_json: bool, form: str, output: str | None) -> None:
+def render_cmd(loaded: _Loaded, as_json: bool, form: str | None, output: str | None) -> None:
     """Print Slurm's topology.conf for this fabric, so Slurm places jobs as we do."""
+    form = form or source_form(loaded.fabric)
     text = render(loaded.fabric, form)
     if output:
         Path(output).write_text(text, encoding="utf-8")
