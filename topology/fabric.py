@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from slurmpolicy.errors import TopologyError
+from slurmpolicy.topology.nvsmi import interconnect, nvlink_clique
 from slurmpolicy.topology.spec import KNOWN_GPU_MEMORY_GB, Conflict, FabricSpec, LinkSpec
 from slurmpolicy.topology.types import Fragmentation, Health, Level, NoPlacement, Placement, Shape
 
@@ -108,6 +109,11 @@ class Fabric:
         self._gpus: list[int] = []
         self._gpu_type: list[str | None] = []
         self._gpu_mem: list[float | None] = []
+        #: Per host: how its GPUs talk ("nvlink", "partial", "pcie", "" unknown), the
+        #: worst GPU pair's path (NV18 ... PIX ... SYS), and the most GPUs NVLinked all
+        #: to all (only NV# cells of nvidia-smi make NVLink).
+        self._intra: list[tuple[str, str]] = []
+        self._nv_clique: list[int] = []
         names: dict[Level, list[str]] = {lv: [] for lv in HOST_LEVELS}
         no_leaf: list[str] = []
         for h in self.hosts:
@@ -118,6 +124,9 @@ class Fabric:
             if mem is None and hs.gpu_type:
                 mem = KNOWN_GPU_MEMORY_GB.get(hs.gpu_type.lower())
             self._gpu_mem.append(mem)
+            kind, rank = interconnect(hs)
+            self._intra.append((kind, rank))
+            self._nv_clique.append(nvlink_clique(hs) if hs.gpu_links else (hs.gpus or 0))
             leaf = hs.leaf or (h if any_leaf else FLAT_LEAF)
             if any_leaf and not hs.leaf:
                 no_leaf.append(h)
@@ -197,8 +206,12 @@ class Fabric:
             if sw not in spec.parents:
                 g.add_edge(("switch", sw), ("cluster", CLUSTER_NAME), kind="ib",
                            health=Health.OK, bandwidth_gbps=None)
+        pcie_only = {self._dom_names[Level.NVLINK][self._dom[Level.NVLINK][i]]
+                     for i in range(len(self.hosts)) if self._intra[i][0] == "pcie"}
         for name in self._dom_names[Level.NVLINK]:
-            g.add_node(("nvlink", name), kind="nvlink", name=name)
+            # A PCIe-only host is a domain of its own kind: no NVLink in it.
+            g.add_node(("nvlink", name), kind="pcie" if name in pcie_only else "nvlink",
+                       name=name)
         nv_col, leaf_col = self._dom[Level.NVLINK], self._dom[Level.LEAF]
         nv_names, leaf_names = self._dom_names[Level.NVLINK], self._dom_names[Level.LEAF]
         hosts: list[tuple[Any, dict[str, Any]]] = []
@@ -355,6 +368,14 @@ class Fabric:
     def usable_gpus_of(self, host: str) -> int:
         """GPUs of the host whose NVLink is not down."""
         return self._usable[self._i(host)]
+
+    def interconnect_of(self, host: str) -> tuple[str, str]:
+        """How the host's GPUs talk: ("nvlink" | "partial" | "pcie" | "", worst path)."""
+        return self._intra[self._i(host)]
+
+    def nvlink_gpus_of(self, host: str) -> int:
+        """The most GPUs of the host NVLinked all to all (its GPU count when unknown)."""
+        return self._nv_clique[self._i(host)]
 
     def gpu_type_of(self, host: str) -> str | None:
         return self._gpu_type[self._i(host)]

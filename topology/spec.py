@@ -60,6 +60,11 @@ class GpuLink:
     near_nics: tuple[str, ...] = ()
     cpu_affinity: str = ""
     numa_affinity: str = ""
+    #: The PCIe path code (PIX, PXB, PHB, NODE, SYS) to each peer GPU index that is not
+    #: NVLinked to this one.
+    pcie: dict[int, str] = field(default_factory=dict)
+    #: Every NIC column with its path code to this GPU (NIC name -> PIX ... SYS).
+    nic_paths: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

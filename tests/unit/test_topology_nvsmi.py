@@ -44,7 +44,7 @@ def test_ansi_underlined_header_and_pcie_only_box():
             "  NV#  = Connection traversing a bonded set of # NVLinks\n")
     host = parse_topo_matrix(text, "ws1", "ws1.txt")
     assert host.gpus == 2 and nvlink_width(host) is None
-    assert "not NVLinked" in host.origin["nvlink_warning"]
+    assert "it is a PCIe host, not an NVLink domain" in host.origin["nvlink_warning"]
 
 
 @pytest.mark.parametrize("mutate, line, words", [
