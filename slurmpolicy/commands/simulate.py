@@ -92,7 +92,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     from rich.console import Console
 
     from slurmpolicy.sim import SlurmModel, TraceRules, metrics
-    from slurmpolicy.sim.trace import load_trace
+    from slurmpolicy.sim.trace import SacctReport, load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
     if fmt != "synthetic" and not trace_path:
@@ -102,9 +102,14 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     rules = TraceRules(seed=seed, load_scale=load_scale, gpus_per_host=max(table.gpus),
                        production_fraction=production_fraction,
                        classes=tuple(settings.classes), default_class=settings.default_class)
-    trace = load_trace(trace_path, fmt, rules, limit)
+    report = SacctReport()
+    trace = load_trace(trace_path, fmt, rules, limit, report)
+    if report.rows:
+        # What the dump held and what was left out, and why (stderr: --json stays clean).
+        click.echo(report.summary(), err=True)
     if not trace:
-        raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay")
+        why = f" ({report.summary()})" if report.rows else ""
+        raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay{why}")
     too_big = [j for j in trace if j.gpus > table.total_gpus]
     if too_big:
         raise ConfigError(f"{len(too_big)} job(s) ask for more GPUs than the cluster has "
