@@ -28,7 +28,8 @@ def expected(body: bytes, account: str | None, partition: str | None,
     result = check_script(body, settings, Context(account=account, partition=partition))
     requeue = "1" if result.admin_comment and result.policy.can_checkpoint else None
     return Outcome(rc="0" if result.ok else "-1", admin=result.admin_comment, requeue=requeue,
-                   messages=["slurmpolicy: " + p.message for p in result.problems])
+                   messages=["slurmpolicy: warning: " + w for w in result.warnings]
+                   + ["slurmpolicy: " + p.message for p in result.problems])
 
 
 @pytest.fixture(scope="module")
