@@ -357,6 +357,26 @@ def test_check_json_and_stdin(site_toml):
     assert r.exit_code == 0 and json.loads(r.output)["admin_comment"] == "spolicy:v1 defer=night"
 
 
+def test_check_warns_about_directives_after_the_first_command(tmp_path, site_toml):
+    f = tmp_path / "job.sh"
+    f.write_bytes(script("#SPOLICY --class=research", body="srun x\n#SPOLICY --data=c4\n"))
+    r = invoke("--config", str(site_toml), "directives", "check", str(f))
+    assert r.exit_code == 0, r.output
+    assert (f"{f}: warning: line 4: #SPOLICY --data=c4: after the first command (line 3),"
+            " where sbatch stops reading directives") in r.output
+    assert "admin_comment: spolicy:v1 class=research" in r.output
+    r = invoke("--config", str(site_toml), "directives", "check", "--json", str(f))
+    assert json.loads(r.output)["warnings"][0].startswith("line 4: #SPOLICY --data=c4")
+
+
+def test_check_refuses_a_dos_script_as_sbatch_does(tmp_path, site_toml):
+    f = tmp_path / "job.sh"
+    f.write_bytes(b"#!/bin/bash\r\n#SPOLICY --class=research\r\nsrun x\r\n")
+    r = invoke("--config", str(site_toml), "directives", "check", str(f))
+    assert r.exit_code == 2
+    assert f"{f}: script: Batch script contains DOS line breaks" in r.output
+
+
 def test_check_notes_what_it_could_not_verify(tmp_path, site_toml):
     f = tmp_path / "job.sh"
     f.write_bytes(script("#SPOLICY --class=production"))
