@@ -733,6 +733,8 @@ def sbatch_options(script: bytes | str) -> dict[str, str]:
             continue
         words = _split_words(m.group(1))
         for i, word in enumerate(words):
+            if word.startswith("#"):
+                break  # sbatch: an unescaped # starts a comment
             nxt = words[i + 1] if i + 1 < len(words) else ""
             for key, long, short in (("account", "--account", "-A"),
                                      ("partition", "--partition", "-p")):

@@ -38,6 +38,7 @@ _TRAILERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _SEPARATOR = re.compile(r"^[\s\-=+|_]+$")
 _GLUED = re.compile(r"(?:GPU|NIC)\d+")
+_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+)$")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
 
@@ -106,6 +107,11 @@ def parse_topo_matrix(text: str, host: str, path: str = "nvidia-smi topo -m") ->
             continue
         tokens = stripped.split()
         label = tokens[0]
+        if label not in devices and rows and not _DEVICE.match(label):
+            # Text after the matrix (a code fence, a prompt): the matrix has ended; a
+            # Legend may still follow.
+            in_legend = True
+            continue
         if label not in devices:
             raise TopologyError(
                 f"{path}:{lineno}: row {label!r} is not a column of the header"

@@ -334,6 +334,19 @@ def _fill_tree(spec: FabricSpec, switches: dict[str, _Switch], path: str) -> Non
             f"{path}: Multiple leaf switches contain nodes: {'; '.join(multi[:5])}"
             f"{' ...' if len(multi) > 5 else ''}; the first leaf in file order counts"
         )
+    roots: dict[str, None] = {}
+    for leaf, _line in leaf_of.values():
+        top = leaf
+        while top in spec.parents:
+            top = spec.parents[top]
+        roots[top] = None
+    if len(roots) > 1:
+        names = list(roots)
+        spec.warnings.append(
+            f"{path}: no switch reaches all nodes ({len(names)} separate trees, topped by"
+            f" {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}); as Slurm warns, no"
+            " job can span them"
+        )
 
 
 def read_topology_conf(path: Path | str) -> FabricSpec:
