@@ -52,7 +52,7 @@ def render_tree(fab: Fabric) -> str:
         if name not in real:
             lines.append(f"SwitchName={name}{ls(name)}")
     children: dict[str, list[str]] = {}
-    for child, parent in parents.items():
+    for child, parent in [*parents.items(), *fab.spec.more_parents]:
         children.setdefault(parent, []).append(child)
     emitted: set[str] = set(real) | set(fab.spec.empty_switches)
     # Bottom-up: a switch is written once all its children are.

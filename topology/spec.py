@@ -132,6 +132,9 @@ class FabricSpec:
     block_order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     #: Tree form: switches with neither Nodes= nor Switches= (Slurm's empty leaves).
     empty_switches: list[str] = field(default_factory=list)
+    #: Tree form: (switch, parent) links beyond the first parent of a switch (a fat tree
+    #: written with every spine); the fabric uses the first, rendering writes them all.
+    more_parents: list[tuple[str, str]] = field(default_factory=list)
     #: Ring form (RingName=): each ring's nodes in file order.
     rings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: topology.yaml: (name, kind, cluster_default) of every topology, in file order.
@@ -209,6 +212,7 @@ def merge(specs: Iterable[FabricSpec]) -> FabricSpec:
             out.form = spec.form
             out.block_order = list(spec.block_order)
             out.empty_switches = list(spec.empty_switches)
+            out.more_parents = list(spec.more_parents)
             out.rings = dict(spec.rings)
         out.topologies.extend(spec.topologies)
         for higher in ordered[:i]:

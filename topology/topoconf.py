@@ -291,6 +291,7 @@ def _fill_tree(spec: FabricSpec, switches: dict[str, _Switch], path: str) -> Non
                 raise TopologyError(f"{path}:{sw.line}: switch {sw.name} lists itself (a cycle)")
             if child in parent_line:
                 extra_parents.append(f"{child} under {parent_line[child][0]} and {sw.name}")
+                spec.more_parents.append((child, sw.name))
                 continue
             parent_line[child] = (sw.name, sw.line)
             spec.parents[child] = sw.name

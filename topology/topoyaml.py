@@ -220,6 +220,7 @@ def _merge_into(spec: FabricSpec, part: FabricSpec, name: str, kind: str) -> Non
         )
     for child, parent in part.parents.items():
         spec.parents.setdefault(child, parent)
+    spec.more_parents.extend(part.more_parents)
     for switch, speed in part.link_speed.items():
         spec.link_speed.setdefault(switch, speed)
     spec.warnings.extend(part.warnings)
