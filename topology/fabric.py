@@ -531,6 +531,10 @@ class Fabric:
                 "leaf": self._dom_names[Level.LEAF][self._dom[Level.LEAF][i]],
                 "spine": self._dom_names[Level.SPINE][self._dom[Level.SPINE][i]],
                 "health": self.host_health(h).name.lower(),
+                # From nvidia-smi: nvlink | partial | pcie ("" unknown), the worst GPU
+                # pair's path, and how many GPUs are NVLinked all to all.
+                "interconnect": self._intra[i][0], "gpu_path": self._intra[i][1],
+                "nvlink_gpus": self._nv_clique[i],
             } for i, h in enumerate(self.hosts)],
             "switches": {sw: parent for sw, parent in sorted(self.spec.parents.items())},
             "links_not_ok": sorted(down, key=lambda d: (d["a"], d["b"])),

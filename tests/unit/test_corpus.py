@@ -256,6 +256,9 @@ def test_nvlink_strict_never_lands_on_a_pcie_host():
     fab = Fabric(spec)
     assert fab.graph.nodes[("nvlink", "pcie1")]["kind"] == "pcie"
     assert fab.graph.nodes[("nvlink", "dgx1")]["kind"] == "nvlink"
+    shown = {h["name"]: h for h in fab.to_dict()["hosts"]}
+    assert (shown["pcie1"]["interconnect"], shown["pcie1"]["gpu_path"]) == ("pcie", "SYS")
+    assert (shown["v100"]["interconnect"], shown["v100"]["nvlink_gpus"]) == ("partial", 4)
     only_pcie = {"pcie1": 5, "dgx1": 0, "v100": 0}
     strict = fab.place(Shape(1, 4, Level.NVLINK, strict=True), only_pcie)
     assert isinstance(strict, NoPlacement)
