@@ -265,13 +265,19 @@ def _tres_gpus(tres: str) -> int:
     return max(found) if found else 0
 
 
-def _delimiter(header: str, name: str) -> str:
+def _delimiter(header: str, name: str, lineno: int) -> str:
     """The --delimiter a --parsable2 dump was made with: what separates its column names."""
     m = _HEADER.match(header.strip("\r"))
+    if m and "JobID" not in header and any(c.isdigit() for c in header):
+        raise TraceError(
+            f"{name}:{lineno}: the first line is a row, not sacct's header of column names"
+            " (a dump made with --noheader?): which column is which cannot be known; a"
+            " replay needs the header:" + _FORMAT_HINT
+        )
     if not m or "JobID" not in header:
         raise TraceError(
-            f"{name}: not sacct --parsable2 output: the first line must be the header of"
-            f" column names with JobID, separated by the --delimiter (got {header[:80]!r})"
+            f"{name}:{lineno}: not sacct --parsable2 output: the first line must be the header"
+            f" of column names with JobID, separated by the --delimiter (got {header[:80]!r})"
         )
     return m.group(2)
 
@@ -305,11 +311,13 @@ def read_sacct(
     if text.lstrip().startswith("{"):
         return _read_sacct_json(text, name, rules, limit, report)
     lines = text.split("\n")
-    first = next((k for k, ln in enumerate(lines) if ln.strip()), None)
+    # Blank lines and '#' notes a person added above the header are passed over.
+    first = next((k for k, ln in enumerate(lines)
+                  if ln.strip() and not ln.lstrip().startswith("#")), None)
     if first is None:
         raise TraceError(f"{name}: empty sacct output")
     header_line = lines[first].rstrip("\r")
-    delim = _delimiter(header_line, name)
+    delim = _delimiter(header_line, name, first + 1)
     trailing = header_line.endswith(delim)
     header = _split(header_line, delim, trailing)
     have = set(header)

@@ -289,8 +289,50 @@ SACCT: dict[str, tuple[int, str, dict[str, int]]] = {
 }
 
 
+#: The columns hpc-cost-simulator's SlurmLogParser.py asks sacct for (its
+#: SLURM_ACCT_FIELDS, `sacct --allusers --parsable2 --noheader --format ...`); newer
+#: versions add Partition.
+HPCCOST_COLUMNS = ("State|JobID|ReqCPUS|ReqMem|ReqNodes|Constraints|Submit|Eligible|Start|"
+                   "Elapsed|Suspended|End|ExitCode|DerivedExitCode|AllocNodes|NCPUS|"
+                   "MaxDiskRead|MaxDiskWrite|MaxPages|MaxRSS|MaxVMSize|CPUTime|UserCPU|"
+                   "SystemCPU|TotalCPU")
+NO_GPU = "without GPUs (no gres/gpu in AllocTRES or ReqTRES)"
+#: file -> (with Partition, rows, job steps, {skip reason: count}) once the header is given
+HPCCOST: dict[str, tuple[bool, int, int, dict[str, int]]] = {
+    "hpccost-array.txt": (False, 16, 8, {NO_GPU: 8}),
+    "hpccost-multi-node.txt": (False, 2, 1, {NO_GPU: 1}),
+    "hpccost-gl20-oom.txt": (False, 21, 9, {NO_GPU: 10, "unreadable rows": 2}),
+    "hpccost-issue17-reqmem-0n.txt": (False, 4, 2, {NO_GPU: 1, "never ran (no run time)": 1}),
+    "hpccost-issue5-pending.txt": (False, 1, 0, {"not finished": 1}),
+    "hpccost-issue59-node-fail.txt": (True, 2, 1, {NO_GPU: 1}),
+    "hpccost-issue61-cancelled-by.txt": (True, 2, 0, {"never ran (no run time)": 2}),
+    "hpccost-issue63-interactive-step.txt": (False, 1, 1, {}),
+    "hpccost-v1-excerpt.txt": (False, 60, 30, {NO_GPU: 30}),
+    # Rows of 25 and of 26 fields mixed: those that do not fit the header are skipped
+    # with their line, never shifted.
+    "hpccost-v2-partition-excerpt.txt": (True, 60, 15, {NO_GPU: 15, "unreadable rows": 30}),
+}
+for _name in HPCCOST:
+    SACCT[_name] = (0, "a dump made with --noheader", {})
+
+
 def test_every_sacct_dump_has_an_expectation():
     assert files("sacct") == sorted(SACCT)
+    assert len(SACCT) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(HPCCOST))
+def test_headerless_dumps_read_with_the_header_they_were_made_with(name):
+    partition, rows, steps, skipped = HPCCOST[name]
+    header = HPCCOST_COLUMNS + ("|Partition" if partition else "")
+    # The tool's own notes ('#' lines) are left out, as its parser skips them.
+    lines = [line for line in (CORPUS / "sacct" / name).read_text().split("\n")
+             if not line.lstrip().startswith("#")]
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO("\n".join([header, *lines])), TraceRules(), report=report)
+    assert jobs == [] and (report.rows, report.steps) == (rows, steps)
+    assert {k: count for k, (count, _examples) in report.skipped.items()} == skipped
+    assert steps + sum(skipped.values()) == rows
 
 
 @pytest.mark.parametrize("name", sorted(SACCT))
@@ -365,5 +407,5 @@ def test_a_corpus_script_with_dos_line_breaks_is_refused_as_sbatch_refuses_it():
 def test_refusals_name_the_file_and_line():
     with pytest.raises(TopologyError, match=r"^c.conf:2: switch s lists b in Switches="):
         parse_topology_conf("SwitchName=a Nodes=n1\nSwitchName=s Switches=b\n", "c.conf")
-    with pytest.raises(TraceError, match=r"<trace>: not sacct --parsable2 output"):
+    with pytest.raises(TraceError, match=r"<trace>:1: not sacct --parsable2 output"):
         read_sacct(io.StringIO("hello\n"))
