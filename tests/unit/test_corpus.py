@@ -364,6 +364,14 @@ BATCH: dict[str, tuple[str | None, int, int]] = {
     "mleng-slurm-status.slurm": ("compil", 11, 0),
     "mleng-srun-launcher.slurm": ("xyz-cluster", 17, 0),
     "mleng-torchrun-launcher.slurm": ("xyz-cluster", 16, 0),
+    "torchtitan-multinode_trainer.slurm": ("train", 26, 0),
+    "princeton-01_single_gpu-job.slurm": (None, 13, 0),
+    "princeton-02_pytorch_ddp-job.slurm": (None, 12, 0),
+    "princeton-02_pytorch_ddp-simple.slurm": (None, 12, 0),
+    "princeton-03_pytorch_lightning-multi-job.slurm": (None, 12, 0),
+    "princeton-03_pytorch_lightning-simple-job.slurm": (None, 12, 0),
+    "princeton-04_model_parallel_with_fsdp-chess_finetune.sh": (None, 12, 0),
+    "princeton-tensorflow-job.slurm": (None, 13, 0),
 }
 
 
