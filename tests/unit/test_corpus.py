@@ -207,6 +207,9 @@ NVSMI: dict[str, tuple[int, str, str, int, int | None, tuple[str, ...], tuple[st
     "nccl-1453-h100-nv18-nics-excerpt.txt": (
         8, "nvlink", "NV18", 8, 18, tuple(f"NIC{i}" for i in range(9)), ("NIC8",), "0-79", ""),
     "mleng-2gpu-nvlink-bridge.txt": (2, "nvlink", "NV2", 2, 2, (), (), "0-23", ""),
+    "nccl-1617-4xh100-nv6-nics.txt": (4, "nvlink", "NV6", 4, 6, ("NIC0", "NIC1", "NIC2", "NIC3"),
+                                      ("NIC0",), "6,14,22,30", ""),
+    "k8s-test-infra-371-gb200-nv18.txt": (4, "nvlink", "NV18", 4, 18, (), (), "0-71", ""),
     "dlperf-dlrm-v100-cube-mesh-tabs.txt": (8, "partial", "SYS", 4, 2, ("mlx5_0", "mlx5_1"), (),
                                             "0-23,48-71", "12 GPU pairs on h1 are not NVLinked"),
     "dlperf-dle-v100-cube-mesh.txt": (8, "partial", "SYS", 4, 2, ("mlx5_0",), (), "0-11,24-35",
