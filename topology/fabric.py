@@ -245,6 +245,7 @@ class Fabric:
                 if gid not in g:
                     continue
                 g.nodes[gid]["near_nics"] = gl.near_nics
+                g.nodes[gid]["nic_paths"] = dict(gl.nic_paths)
                 if gl.nvlinks:
                     g.edges[gid, nv]["width"] = max(gl.nvlinks.values())
         self.graph = g

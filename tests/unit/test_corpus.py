@@ -262,6 +262,10 @@ def test_nvlink_strict_never_lands_on_a_pcie_host():
     shown = {h["name"]: h for h in fab.to_dict()["hosts"]}
     assert (shown["pcie1"]["interconnect"], shown["pcie1"]["gpu_path"]) == ("pcie", "SYS")
     assert (shown["v100"]["interconnect"], shown["v100"]["nvlink_gpus"]) == ("partial", 4)
+    # NIC affinity, as the matrix gives it: mlx5_0 shares GPU2's PCIe switch.
+    gpu2 = fab.graph.nodes[("gpu", "v100", 2)]
+    assert gpu2["near_nics"] == ("mlx5_0",) and gpu2["nic_paths"] == {"mlx5_0": "PIX"}
+    assert fab.graph.nodes[("gpu", "v100", 4)]["nic_paths"] == {"mlx5_0": "SYS"}
     only_pcie = {"pcie1": 5, "dgx1": 0, "v100": 0}
     strict = fab.place(Shape(1, 4, Level.NVLINK, strict=True), only_pcie)
     assert isinstance(strict, NoPlacement)

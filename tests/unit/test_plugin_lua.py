@@ -167,7 +167,8 @@ def _scripts(draw: st.DrawFn) -> bytes:
         if kind == 0:
             lines.append("#SBATCH -N 1")
         elif kind == 1:
-            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r"])))
+            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r", "\f",
+                                               "\x0b \t", " \r x"])))
         else:
             prefix = draw(st.sampled_from(["#SPOLICY ", "#SPOLICY\t", "#SPOLICY", "#spolicy ",
                                            "#SPOLICY  "]))
