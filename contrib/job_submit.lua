@@ -409,21 +409,27 @@ end
 -- ------------------------------------------------------------ the scanner --
 
 -- Warnings for #SPOLICY lines after the first command (line `command`); `from` is where
--- the command line's "\n" is, `at` its line number. Same as Python's _late_directives.
+-- the command line's "\n" is, `at` its line number. Only LIM.header_bytes after the
+-- command are looked at. Same as Python's _late_directives.
 local function late_directives(text, from, at, command)
   local out = {}
-  local start = from
+  local start, counted = from, from
+  local stop = from + LIM.header_bytes
   while #out < LIM.late_warnings do
-    local m = sfind(text, "\n#[Ss][Pp][Oo][Ll][Ii][Cc][Yy]", start)
-    if not m then break end
-    local _, n = sgsub(ssub(text, start, m), "\n", "")
-    at = at + n
-    local e = sfind(text, "\n", m + 1, true)
-    local line = ssub(text, m + 1, (e or (#text + 1)) - 1)
-    out[#out + 1] = "line " .. int(at) .. ": " .. sanitize(line, LIM.show_line)
-      .. ": after the first command (line " .. int(command) .. "), where sbatch stops reading"
-      .. " directives; this line is ignored; allowed: #SPOLICY lines before the first command"
-    start = m + 1
+    local nl = sfind(text, "\n#", start, true)
+    if not nl or nl + 1 >= stop then break end
+    if upper(ssub(text, nl + 1, nl + 8)) == PREFIX then
+      local _, n = sgsub(ssub(text, counted, nl), "\n", "")
+      at = at + n
+      counted = nl + 1
+      local e = sfind(text, "\n", nl + 1, true)
+      local line = ssub(text, nl + 1, (e or (#text + 1)) - 1)
+      out[#out + 1] = "line " .. int(at) .. ": " .. sanitize(line, LIM.show_line)
+        .. ": after the first command (line " .. int(command) .. "), where sbatch stops"
+        .. " reading directives; this line is ignored; allowed: #SPOLICY lines before the"
+        .. " first command"
+    end
+    start = nl + 1
   end
   return out
 end

@@ -25,8 +25,9 @@ The grammar, shared with the Lua side (keep them in step):
   blank (C ``isspace``: space, tab, ``\\v``, ``\\f``, ``\\r``) or whose first
   non-blank character is ``#``; the first other line, a command, ends it, as
   it ends sbatch's reading of ``#SBATCH`` lines. ``#SPOLICY`` lines after it
-  are not read; each (up to :data:`MAX_LATE_WARNINGS`) is a warning, at
-  submit and in ``directives check``, because the user meant it. At most
+  are not read; each (up to :data:`MAX_LATE_WARNINGS`, within
+  :data:`MAX_HEADER_BYTES` after the command) is a warning, at submit and in
+  ``directives check``, because the user meant it. At most
   :data:`MAX_HEADER_LINES` lines and :data:`MAX_HEADER_BYTES` bytes are
   examined, and at most
   :data:`MAX_DIRECTIVE_LINES` directive lines are accepted, so that a 1 MB
@@ -637,26 +638,31 @@ def check_script(script: bytes | str, settings: Settings | None = None,
     return Result(policy, tuple(problems), tuple(directives), tuple(notes), tuple(warnings))
 
 
-_LATE = re.compile(r"\n#[Ss][Pp][Oo][Ll][Ii][Cc][Yy]")
-
-
 def _late_directives(text: str, pos: int, lineno: int, command: int) -> list[str]:
     """Warnings for #SPOLICY lines after the first command (sbatch never reads them).
 
-    ``pos`` is where the line after the command starts, ``lineno`` the command's line."""
+    ``pos`` is where the line after the command starts, ``lineno`` the command's line.
+    Only the :data:`MAX_HEADER_BYTES` after the command are looked at, so a 1 MB body
+    costs the plugin no more than a 64 KiB one."""
     out: list[str] = []
-    start, at = pos - 1, lineno
+    start = counted = pos - 1
+    at = lineno
+    stop = min(len(text), start + MAX_HEADER_BYTES)
     while len(out) < MAX_LATE_WARNINGS:
-        m = _LATE.search(text, start)
-        if m is None:
+        nl = text.find("\n#", start, stop)
+        if nl < 0:
             break
-        at += text.count("\n", start, m.start() + 1)
-        end = text.find("\n", m.start() + 1)
-        line = text[m.start() + 1:end if end >= 0 else len(text)]
+        if _upper(text[nl + 1:nl + 9]) != PREFIX:
+            start = nl + 1
+            continue
+        at += text.count("\n", counted, nl + 1)
+        counted = nl + 1
+        end = text.find("\n", nl + 1)
+        line = text[nl + 1:end if end >= 0 else len(text)]
         out.append(f"line {at}: {_sanitize(line, SHOW_LINE)}: after the first command (line"
                    f" {command}), where sbatch stops reading directives; this line is ignored;"
                    " allowed: #SPOLICY lines before the first command")
-        start = m.start() + 1
+        start = nl + 1
     return out
 
 

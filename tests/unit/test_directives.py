@@ -174,6 +174,10 @@ def test_late_directives_are_warned_not_read():
     assert end.warnings == (end.warnings[0],) and end.warnings[0].startswith(
         "line 3: #SPOLICY --class=z: after the first command (line 2)")
     assert check_script(script("#SPOLICY --class=research"), SITE).warnings == ()
+    after = check_script(CASES["late directive after comments"][0], SITE).warnings
+    assert [w.split(":")[0] for w in after] == ["line 6"]
+    # Only the 64 KiB after the first command are looked at: bounded work in slurmctld.
+    assert check_script(CASES["late directive past the look-ahead"][0], SITE).warnings == ()
 
 
 @pytest.mark.parametrize("name, key, number", [("bare grace", "grace", "60"),

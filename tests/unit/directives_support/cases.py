@@ -56,6 +56,10 @@ CASES: dict[str, tuple[bytes, str | None, str | None, str | None]] = {
                                            "#SPOLICY 4\n"), None, None, None),
     "late directive at the end without newline": (script(body="true\n#SPOLICY --class=z"),
                                                   None, None, None),
+    "late directive after comments": (script(body="true\n# a\n#b\n\n#SPOLICY --data=x\n"),
+                                      None, None, None),
+    "late directive past the look-ahead": (script(body="true\n" + "#" * 70000 + "\n"
+                                                  "#SPOLICY --data=x\n"), None, None, None),
     "bare grace": (script("#SPOLICY --checkpoint=signal:USR1,grace=60"), None, None, None),
     "bare interval": (script("#SPOLICY --checkpoint=signal:USR1,grace=60s,interval=1800"),
                       None, None, None),
