@@ -9,7 +9,10 @@ Levels: every host has exactly one domain at each level.
 
 - HOST (and GPU): the host itself.
 - NVLINK: the NVLink/NVSwitch domain; for an HGX 8-GPU board that is the host
-  itself, for an NVL72-style rack it spans hosts.
+  itself, for an NVL72-style rack it spans hosts. A host whose GPUs
+  nvidia-smi shows talking over PCIe alone is a domain of its own whose graph
+  node has kind ``pcie``; placement asked for NVLink strictly never gives a
+  host more GPUs than it has NVLinked all to all (see nvsmi.interconnect).
 - LEAF: the InfiniBand switch the host hangs off (a host no source places
   under a leaf is alone in a leaf named after itself; if no host has a leaf,
   all share one leaf called ``flat``: Slurm without a topology plugin treats

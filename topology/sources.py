@@ -15,7 +15,8 @@ conflict, never dropped):
 5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
 
 With no nodes given (Slurm not answering), the nodes of slurm.conf are used.
-A host named by a source but unknown to Slurm is an error.
+A host named by a source but unknown to Slurm is left out with a warning, as
+Slurm leaves it out ("Invalid hostnames in switch configuration").
 """
 
 from __future__ import annotations
