@@ -80,10 +80,11 @@ def render_block(fab: Fabric) -> str:
     # With blocks read from the source, a host in none of them is in no block (Slurm will
     # not give it to a block-sized job): it is not written as a block of its own.
     rest = {name for name, hosts in domains.items() if not order or len(hosts) > 1}
+    padding = {name for name, nodes in fab.spec.block_order if not nodes}
     for name in order + sorted(rest - set(order), key=_order):
         if domains.get(name):
             lines.append(f"BlockName={_block_name(name)} Nodes={compress(domains[name])}")
-        elif name in order:
+        elif name in padding:
             lines.append(f"BlockName={_block_name(name)}")  # a padding block, as read
     if fab.block_sizes:
         lines.append("BlockSizes=" + ",".join(str(b) for b in fab.block_sizes))
