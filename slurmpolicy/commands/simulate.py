@@ -56,6 +56,9 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
                    "spec like 'jobs=2000,interarrival=120' (optional).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "philly", "sacct", "synthetic"]),
               default="auto", show_default=True, help="Trace format.")
+@click.option("--sacct-columns", "sacct_columns", metavar="FORMAT",
+              help="For a sacct dump made with --noheader: the --format it was made with "
+                   "(e.g. State,JobID,Submit,Elapsed,AllocTRES).")
 @click.option("--fabric", "fabric_file", type=click.Path(exists=True, dir_okay=False),
               help="Fabric file (TOML); else a generated tree from the numbers below.")
 @click.option("--hosts", type=int, default=128, show_default=True)
@@ -83,7 +86,8 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
               help="slurmpolicy mode: plan at least this often (seconds) when something "
                    "changed; production arrivals and open preemptions are planned every cycle.")
 @click.pass_context
-def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | None, hosts: int,
+def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str | None,
+             fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, seed: int, as_json: bool,
              plot_dir: str | None, limit: int | None, load_scale: float,
@@ -103,7 +107,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
                        production_fraction=production_fraction,
                        classes=tuple(settings.classes), default_class=settings.default_class)
     report = SacctReport()
-    trace = load_trace(trace_path, fmt, rules, limit, report)
+    trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
     if report.rows:
         # What the dump held and what was left out, and why (stderr: --json stays clean).
         click.echo(report.summary(), err=True)

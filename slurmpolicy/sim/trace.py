@@ -271,8 +271,9 @@ def _delimiter(header: str, name: str, lineno: int) -> str:
     if m and "JobID" not in header and any(c.isdigit() for c in header):
         raise TraceError(
             f"{name}:{lineno}: the first line is a row, not sacct's header of column names"
-            " (a dump made with --noheader?): which column is which cannot be known; a"
-            " replay needs the header:" + _FORMAT_HINT
+            " (a dump made with --noheader?): which column is which cannot be known; give"
+            " the --format it was made with (simulate --sacct-columns State,JobID,...), or"
+            " make the dump with its header:" + _FORMAT_HINT
         )
     if not m or "JobID" not in header:
         raise TraceError(
@@ -280,6 +281,19 @@ def _delimiter(header: str, name: str, lineno: int) -> str:
             f" of column names with JobID, separated by the --delimiter (got {header[:80]!r})"
         )
     return m.group(2)
+
+
+def _row_delimiter(row: str, fields: int, name: str, lineno: int) -> str:
+    """The delimiter of a --noheader dump: the one that splits its first row into as many
+    fields as columns were named (sacct's default '|' first)."""
+    for delim in ("|", ";", "\t", ",", ":", "~", "^", "#", " "):
+        count = len(row.split(delim))
+        if count == fields or (count == fields + 1 and row.endswith(delim)):
+            return delim
+    raise TraceError(
+        f"{name}:{lineno}: no delimiter splits this row into the {fields} columns named;"
+        " expected a dump made with exactly that --format"
+    )
 
 
 def _split(line: str, delim: str, trailing: bool) -> list[str]:
@@ -291,7 +305,7 @@ def _split(line: str, delim: str, trailing: bool) -> list[str]:
 
 def read_sacct(
     source: str | Path | io.TextIOBase, rules: TraceRules = TraceRules(), limit: int | None = None,
-    report: SacctReport | None = None,
+    report: SacctReport | None = None, columns: str | None = None,
 ) -> list[TraceJob]:
     """Jobs of ``sacct --parsable2`` (or ``--parsable``) output with any ``--delimiter``,
     a header line first; or of ``sacct --json`` (found by its leading ``{``).
@@ -302,6 +316,9 @@ def read_sacct(
     which ``--format`` to use. Jobs that never ran or have not finished, and jobs
     without GPUs, are skipped and counted in ``report`` (the simulator replays
     finished GPU work); so are rows that cannot be read, with their line.
+
+    ``columns`` reads a dump made with ``--noheader``: the ``--format`` it was made
+    with (``State,JobID,...``), with the dump's ``--delimiter`` between them or commas.
     """
     name, handle = _open(source)
     with handle:
@@ -317,9 +334,21 @@ def read_sacct(
     if first is None:
         raise TraceError(f"{name}: empty sacct output")
     header_line = lines[first].rstrip("\r")
-    delim = _delimiter(header_line, name, first + 1)
-    trailing = header_line.endswith(delim)
-    header = _split(header_line, delim, trailing)
+    if columns:
+        # A --noheader dump: the header is the --format it was made with; the first
+        # line is a row, and says which delimiter separates its fields.
+        names = [c for c in re.split(r"[^A-Za-z]+", columns) if c]
+        if "JobID" not in names and "JobIDRaw" not in names:
+            raise TraceError(f"--sacct-columns {columns!r}: expected the --format the dump was"
+                             " made with, with JobID (e.g. State,JobID,Submit,Elapsed,AllocTRES)")
+        delim = _row_delimiter(header_line, len(names), name, first + 1)
+        trailing = len(header_line.split(delim)) == len(names) + 1
+        header = names
+        first -= 1  # the first line is a row: read it
+    else:
+        delim = _delimiter(header_line, name, first + 1)
+        trailing = header_line.endswith(delim)
+        header = _split(header_line, delim, trailing)
     have = set(header)
     run_time = {"Elapsed", "ElapsedRaw"} & have or {"Start", "End"} <= have
     if "Submit" not in have or not run_time:
@@ -603,7 +632,7 @@ def parse_synthetic(text: str, seed: int) -> SyntheticSpec:
 
 def load_trace(
     path: str, fmt: str, rules: TraceRules, limit: int | None = None,
-    report: SacctReport | None = None,
+    report: SacctReport | None = None, columns: str | None = None,
 ) -> list[TraceJob]:
     """Read ``path`` in ``fmt`` (philly, sacct, synthetic; auto by content when None);
     a sacct trace fills ``report`` with what was read and skipped."""
@@ -615,15 +644,15 @@ def load_trace(
     if fmt == "philly":
         return read_philly(path, rules, limit)
     if fmt == "sacct":
-        return read_sacct(path, rules, limit, report)
+        return read_sacct(path, rules, limit, report, columns)
     if fmt == "auto":
         _, handle = _open(path)
         with handle:
             first = handle.readline()
         if first.startswith("timestamp,"):
             return read_philly(path, rules, limit)
-        if first.lstrip().startswith("{") or "JobID" in first:
-            return read_sacct(path, rules, limit, report)
+        if first.lstrip().startswith("{") or "JobID" in first or columns:
+            return read_sacct(path, rules, limit, report, columns)
         raise TraceError(f"{path}: cannot tell the trace format; use --format philly|sacct")
     raise TraceError(f"unknown trace format {fmt!r}; allowed: philly, sacct, synthetic")
 

@@ -329,17 +329,28 @@ def test_every_sacct_dump_has_an_expectation():
 
 
 @pytest.mark.parametrize("name", sorted(HPCCOST))
-def test_headerless_dumps_read_with_the_header_they_were_made_with(name):
+def test_headerless_dumps_read_with_the_format_they_were_made_with(name):
     partition, rows, steps, skipped = HPCCOST[name]
-    header = HPCCOST_COLUMNS + ("|Partition" if partition else "")
-    # The tool's own notes ('#' lines) are left out, as its parser skips them.
-    lines = [line for line in (CORPUS / "sacct" / name).read_text().split("\n")
-             if not line.lstrip().startswith("#")]
+    columns = HPCCOST_COLUMNS.replace("|", ",") + (",Partition" if partition else "")
+    path = CORPUS / "sacct" / name
+    text = path.read_text()
+    # The tool's own notes ('#' lines, some between rows) are left out, as its parser does.
+    lines = [line for line in text.split("\n") if not line.lstrip().startswith("#")]
     report = SacctReport()
-    jobs = read_sacct(io.StringIO("\n".join([header, *lines])), TraceRules(), report=report)
+    jobs = read_sacct(io.StringIO("\n".join(lines)), TraceRules(), report=report,
+                      columns=columns)
     assert jobs == [] and (report.rows, report.steps) == (rows, steps)
     assert {k: count for k, (count, _examples) in report.skipped.items()} == skipped
     assert steps + sum(skipped.values()) == rows
+
+
+def test_a_headerless_dump_given_its_format_is_read_verbatim():
+    # No '#' notes between its rows: the file is read as it is, notes above included.
+    report = SacctReport()
+    jobs = read_sacct(CORPUS / "sacct" / "hpccost-array.txt", TraceRules(), report=report,
+                      columns=HPCCOST_COLUMNS.replace("|", ","))
+    assert jobs == [] and (report.rows, report.steps) == (16, 8)
+    assert report.skipped[NO_GPU][1][0] == "line 5"
 
 
 @pytest.mark.parametrize("name", sorted(SACCT))

@@ -194,3 +194,21 @@ def test_synthetic_spec_parsing() -> None:
     assert len(load_trace("jobs=5", "synthetic", TraceRules())) == 5
     with pytest.raises(TraceError, match="allowed: philly, sacct, synthetic"):
         load_trace("x", "parquet", TraceRules())
+
+
+def test_sacct_noheader_dump_read_with_the_format_it_was_made_with() -> None:
+    rows = "7;2025-01-01T10:00:00;600;gres/gpu=4;COMPLETED\n8;2025-01-01T10:05:00;60;;FAILED\n"
+    with pytest.raises(TraceError, match=r"<trace>:1: the first line is a row.*--sacct-columns"):
+        read_sacct(io.StringIO(rows))
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO(rows), report=report,
+                      columns="JobID,Submit,ElapsedRaw,AllocTRES,State")
+    assert [(j.job_id, j.gpus, j.duration) for j in jobs] == [(7, 4, 600.0)]
+    assert report.skipped["without GPUs (no gres/gpu in AllocTRES or ReqTRES)"][1] == ["line 2"]
+    trailing = "".join(line + ";\n" for line in rows.splitlines())  # --parsable
+    assert len(read_sacct(io.StringIO(trailing), columns="JobID,Submit,ElapsedRaw,AllocTRES,"
+                                                          "State")) == 1
+    with pytest.raises(TraceError, match="no delimiter splits this row into the 3 columns"):
+        read_sacct(io.StringIO(rows), columns="JobID,Submit,State")
+    with pytest.raises(TraceError, match="with JobID"):
+        read_sacct(io.StringIO(rows), columns="Submit,State")
