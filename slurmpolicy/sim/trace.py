@@ -268,7 +268,8 @@ def _tres_gpus(tres: str) -> int:
 def _delimiter(header: str, name: str, lineno: int) -> str:
     """The --delimiter a --parsable2 dump was made with: what separates its column names."""
     m = _HEADER.match(header.strip("\r"))
-    if m and "JobID" not in header and any(c.isdigit() for c in header):
+    looks_like_row = any(c.isdigit() for c in header) and any(d in header for d in "|;,\t")
+    if "JobID" not in header and looks_like_row:
         raise TraceError(
             f"{name}:{lineno}: the first line is a row, not sacct's header of column names"
             " (a dump made with --noheader?): which column is which cannot be known; give"
