@@ -287,7 +287,8 @@ def _delimiter(header: str, name: str, lineno: int) -> str:
 def _row_delimiter(row: str, fields: int, name: str, lineno: int) -> str:
     """The delimiter of a --noheader dump: the one that splits its first row into as many
     fields as columns were named (sacct's default '|' first)."""
-    for delim in ("|", ";", "\t", ",", ":", "~", "^", "#", " "):
+    # Not ':' nor ' ': times and states ("CANCELLED by 0") hold them.
+    for delim in ("|", ";", "\t", ",", "~", "^", "#"):
         count = len(row.split(delim))
         if count == fields or (count == fields + 1 and row.endswith(delim)):
             return delim
