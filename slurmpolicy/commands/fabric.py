@@ -214,15 +214,26 @@ def check(loaded: _Loaded, as_json: bool) -> None:
     counts = {lv.name.lower(): len(fab.domains(lv))
               for lv in (Level.NVLINK, Level.LEAF, Level.SPINE)}
     status = "conflicts" if fab.conflicts else "ok"
+    # How hosts' GPUs talk, where nvidia-smi said (only NV# links make NVLink).
+    kinds: dict[str, list[str]] = {}
+    for host in fab.hosts:
+        kind = fab.interconnect_of(host)[0]
+        if kind:
+            kinds.setdefault(kind, []).append(host)
     if as_json:
         _dump({"status": status, "source": fab.source, "hosts": len(fab.hosts),
                "gpus": fab.total_gpus, "domains": counts,
+               "interconnect": {k: compress(v) for k, v in sorted(kinds.items())},
                "conflicts": [c.message for c in fab.conflicts], "warnings": fab.warnings})
     else:
         click.echo(f"sources: {fab.source}")
         click.echo(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
                    + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
                                for k, v in counts.items()))
+        words = {"nvlink": "GPUs NVLinked all to all", "partial": "GPUs partly NVLinked",
+                 "pcie": "PCIe only, no NVLink"}
+        for kind, hosts in sorted(kinds.items()):
+            click.echo(f"{compress(hosts)}: {words[kind]}")
         for warning in fab.warnings:
             click.echo(f"warning: {warning}")
         for conflict in fab.conflicts:
