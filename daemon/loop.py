@@ -317,8 +317,11 @@ class Daemon:
                 # with the last fabric that was read, and say so once per change.
                 self._fabric_key = key
                 self.fabric_refused = str(exc)
+                kept = len(getattr(self.fabric, "hosts", ()))
                 log.error("fabric sources changed but were refused; keeping the last good"
-                          " fabric (%d hosts): %s", len(getattr(self.fabric, "hosts", ())), exc)
+                          " fabric (%d hosts): %s", kept, exc)
+                self._journal_fabric(f"sources changed but were refused: {exc}; keeping the"
+                                     f" last good fabric ({kept} hosts)", "kept last good")
                 return self.fabric
             self.fabric = fresh
             self._fabric_key = key
@@ -328,9 +331,24 @@ class Daemon:
             log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
             # What Slurm also accepts with a warning (a node under two leaves, names
             # slurm.conf lacks, ...): said once per load; counted every cycle.
-            for warning in getattr(fresh, "warnings", ()):
+            warnings = list(getattr(fresh, "warnings", ()))
+            for warning in warnings:
                 log.warning("fabric: %s", warning)
+            self._journal_fabric(
+                f"fabric read: {len(getattr(fresh, 'hosts', ()))} hosts, {len(warnings)}"
+                " warning(s)" + (f"; first: {warnings[0]}" if warnings else ""), "loaded",
+                {"warnings": warnings})
         return self.fabric
+
+    def _journal_fabric(self, reason: str, outcome: str,
+                        detail: dict[str, Any] | None = None) -> None:
+        """Every (re)load and every refusal is a decision: journalled with its reason."""
+        if self.journal is None:
+            return
+        try:
+            self.journal.audit("fabric", reason, outcome, detail=detail, dry_run=self.dry_run)
+        except Exception as exc:  # a full disk must not stop the policy
+            log.error("fabric decision not journalled: %s", exc)
 
     def _in_flight(self) -> int:
         if self.journal is None:

@@ -359,5 +359,11 @@ def test_daemon_steers_through_warnings_and_keeps_the_last_good_fabric(tmp_path:
         assert d.cycle().result == "ok"
         assert seen[-1] is not first and d.fabric_refused == ""
         assert seen[-1].domain_of("gpu04", Level.LEAF) == "leaf1"
+        # Each load and the refusal are decisions in the journal, with their reasons.
+        assert d.journal is not None
+        decisions = [(a.outcome, a.reason) for a in d.journal.read_audit() if a.kind == "fabric"]
+        assert [o for o, _r in decisions] == ["loaded", "kept last good", "loaded"]
+        assert "4 hosts, 2 warning(s); first:" in decisions[0][1]
+        assert "switch cycle" in decisions[1][1] and "last good fabric (4 hosts)" in decisions[1][1]
     finally:
         d.close()
