@@ -681,7 +681,9 @@ end
 
 local function modify(job_desc, job_rec, part_list, modify_uid)
   if is_admin(modify_uid) then return slurm.SUCCESS end
-  local job_id = tostring(job_rec.job_id)
+  -- %d, not tostring(): Lua 5.3 (Slurm 25.11 built here) pushes numbers as
+  -- floats, and tostring(11.0) is "11.0" there ("11" in 5.1).
+  local job_id = string.format("%d", job_rec.job_id)
   if job_desc.admin_comment ~= nil then
     return refuse("job " .. job_id .. ": admin_comment holds the job's validated #SPOLICY"
                   .. " directives; only administrators may change it (uid "

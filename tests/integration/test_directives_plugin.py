@@ -184,7 +184,7 @@ def test_a_user_cannot_escalate_through_update(cluster):
     # What the directives allow stays allowed: the plugin lets these through (the
     # dev cluster has no accounting, so Slurm itself leaves the account as it was).
     proc = scontrol_as_user(cluster, "update", f"jobid={research}", "account=nlp")
-    assert proc.returncode == 0, proc.stderr
+    assert_let_through(proc)
     proc = scontrol_as_user(cluster, "update", f"jobid={nockpt}", "requeue=0")
     assert proc.returncode == 0, proc.stderr
     assert cluster.scontrol_show_job(nockpt)["Requeue"] == "0"
@@ -193,6 +193,21 @@ def test_a_user_cannot_escalate_through_update(cluster):
     assert f"slurmpolicy: job {prod} has class 'production', restricted to accounts prod" in log
     assert f"slurmpolicy: job {nockpt} cannot checkpoint (--checkpoint=none)" in log
     assert f"slurmpolicy: job {research} can checkpoint and is preemptible" in log
+
+
+def assert_let_through(proc) -> None:
+    """The plugin let an account change through; Slurm may still not apply it.
+
+    Without slurmdbd, Slurm 25.11 answers `scontrol update jobid=N account=X`
+    on a pending job now and then with "Resource temporarily unavailable"
+    (EAGAIN left over from a failed association lookup, for root and users
+    alike, with a pass-through plugin too). That is Slurm's answer, not the
+    plugin's refusal, which always says "denied".
+    """
+    if proc.returncode == 0:
+        return
+    assert "denied" not in proc.stderr.lower(), proc.stderr
+    assert "Resource temporarily unavailable" in proc.stderr, proc.stderr
 
 
 def test_an_administrator_may_update(cluster):
@@ -204,7 +219,7 @@ def test_an_administrator_may_update(cluster):
     assert cluster.scontrol_show_job(job)["Requeue"] == "0"
     proc = cluster.slurm_cmd("scontrol", "update", f"jobid={job}", "account=vision",
                              check=False)
-    assert proc.returncode == 0, proc.stderr
+    assert_let_through(proc)
 
 
 PATHOLOGICAL = {
