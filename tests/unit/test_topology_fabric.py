@@ -327,3 +327,17 @@ def test_degraded_flag_only_for_links_the_set_uses():
     assert isinstance(inside, Placement) and not inside.degraded  # stays under leaf2
     across = fab.place(Shape(5, 8), {**free, "gpu09": 8})
     assert isinstance(across, Placement) and across.degraded  # leaves leaf2 over its uplink
+
+
+@pytest.mark.parametrize("plugin, words", [
+    ("", "slurm.conf sets no TopologyPlugin (unset): Slurm ignores this tree topology.conf"),
+    ("TopologyPlugin=topology/block\n", "is in tree form but slurm.conf has"
+                                         " TopologyPlugin=topology/block"),
+    ("TopologyPlugin=topology/tree\n", None),
+])
+def test_what_slurm_does_with_topology_conf_under_its_plugin(tmp_path, plugin, words):
+    (tmp_path / "slurm.conf").write_text("ClusterName=dev\n" + plugin)
+    (tmp_path / "topology.conf").write_text(DEVCLUSTER_TOPOLOGY)
+    fab = Fabric.from_sources(devcluster_nodes(), None, tmp_path / "slurm.conf")
+    notes = [w for w in fab.warnings if "TopologyPlugin" in w]
+    assert (notes == []) if words is None else (words in notes[0])
