@@ -36,7 +36,7 @@ from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
-from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
+from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable, TopologyError
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import VictimState
 from slurmpolicy.policy.fairshare import advance_usage
@@ -126,6 +126,9 @@ class Daemon:
         self.executor: Executor | None = None
         self.fabric: Any = None
         self._fabric_key: tuple[Any, ...] | None = None
+        #: Why the sources' latest change was refused while the last good fabric is kept
+        #: ("" when the fabric in use is the sources' latest).
+        self.fabric_refused = ""
         self._stop = threading.Event()
         self._reload = False
         self._failures = 0
@@ -305,10 +308,47 @@ class Daemon:
         nodes = tuple((n.name, n.gpus, n.features) for n in snapshot.nodes)
         key = (stamps, nodes)
         if self.fabric is None or key != self._fabric_key:
-            self.fabric = self.fabric_loader(snapshot, self.settings)
+            try:
+                fresh = self.fabric_loader(snapshot, self.settings)
+            except TopologyError as exc:
+                if self.fabric is None:
+                    raise  # nothing to steer with: the cycle fails and says why
+                # A source Slurm would refuse too (or a half-written file): keep steering
+                # with the last fabric that was read, and say so once per change.
+                self._fabric_key = key
+                self.fabric_refused = str(exc)
+                kept = len(getattr(self.fabric, "hosts", ()))
+                log.error("fabric sources changed but were refused; keeping the last good"
+                          " fabric (%d hosts): %s", kept, exc)
+                self._journal_fabric(f"sources changed but were refused: {exc}; keeping the"
+                                     f" last good fabric ({kept} hosts)", "kept last good")
+                return self.fabric
+            self.fabric = fresh
             self._fabric_key = key
+            if self.fabric_refused:
+                log.info("fabric sources read again; the refusal is over")
+            self.fabric_refused = ""
             log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
+            # What Slurm also accepts with a warning (a node under two leaves, names
+            # slurm.conf lacks, ...): said once per load; counted every cycle.
+            warnings = list(getattr(fresh, "warnings", ()))
+            for warning in warnings:
+                log.warning("fabric: %s", warning)
+            self._journal_fabric(
+                f"fabric read: {len(getattr(fresh, 'hosts', ()))} hosts, {len(warnings)}"
+                " warning(s)" + (f"; first: {warnings[0]}" if warnings else ""), "loaded",
+                {"warnings": warnings})
         return self.fabric
+
+    def _journal_fabric(self, reason: str, outcome: str,
+                        detail: dict[str, Any] | None = None) -> None:
+        """Every (re)load and every refusal is a decision: journalled with its reason."""
+        if self.journal is None:
+            return
+        try:
+            self.journal.audit("fabric", reason, outcome, detail=detail, dry_run=self.dry_run)
+        except Exception as exc:  # a full disk must not stop the policy
+            log.error("fabric decision not journalled: %s", exc)
 
     def _in_flight(self) -> int:
         if self.journal is None:
@@ -365,6 +405,11 @@ class Daemon:
         figures = []
         if snapshot is not None:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+        if self.fabric is not None:
+            figures += [
+                ("slurmpolicy_fabric_warnings", {},
+                 float(len(getattr(self.fabric, "warnings", ())))),
+                ("slurmpolicy_fabric_refused", {}, 1.0 if self.fabric_refused else 0.0)]
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
                                              in_flight=self._in_flight(), figures=figures)
