@@ -82,7 +82,10 @@ class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     #: A large job that waited this long gets a reservation.
     starvation_wait: Seconds = 3600.0
     #: Prefix of reservations slurmpolicy owns; it never touches others.
-    name_prefix: str = "spolicy_"
+    #: Never empty: with the journal's record, it tells our reservations from
+    #: everyone else's (letters, digits, "_", "-" and "."; a letter first).
+    name_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")] = (
+        "spolicy_")
     #: Only update a reservation when its start moved by more than this.
     update_threshold: Seconds = 300.0
     #: At most this many starving jobs get a reservation search per cycle.

@@ -246,6 +246,12 @@ class JsonCliClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._update_job(job_id, "starttime", "now" if begin is None else slurm_time(begin))
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        if any(c in name for c in " \t\n=,"):
+            raise ValueError(f"invalid reservation name {name!r}; allowed: no spaces, = or ,")
+        # An empty value clears the job's reservation (scontrol's "ReservationName=").
+        self._update_job(job_id, "reservationname", name)
+
     @staticmethod
     def _reservation_args(spec: ReservationSpec, create: bool) -> list[str]:
         if not spec.name or any(c in spec.name for c in " \t\n=,"):

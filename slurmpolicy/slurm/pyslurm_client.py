@@ -282,6 +282,11 @@ class PySlurmClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        # pyslurm drops an empty reservation (falsy) instead of clearing it;
+        # scontrol does both, with the same messages.
+        self.cli.set_job_reservation(_check_id(job_id), name)
+
     @staticmethod
     def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
         import pyslurm

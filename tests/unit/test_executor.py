@@ -65,6 +65,9 @@ class Recorder:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._rec("set_begin_time", job_id)
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        self._rec("set_job_reservation", job_id)
+
     def create_reservation(self, spec: object) -> None:
         self._rec("create_reservation", getattr(spec, "name", None))
 
@@ -91,8 +94,9 @@ PID = "p1"
 RESV = "spolicy_p1"
 
 
-def start() -> StartPreemption:
-    return StartPreemption(reason="prod job 3 needs gpu01", preemption_id=PID, beneficiary=3,
+def start(preemption_id: str = PID) -> StartPreemption:
+    return StartPreemption(reason="prod job 3 needs gpu01", preemption_id=preemption_id,
+                           beneficiary=3,
                            victims=(1,), nodes=("gpu01",), reservation=RESV)
 
 
@@ -145,7 +149,7 @@ def test_full_preemption_story(journal: Journal) -> None:
     ex, rec = make(journal)
     s0 = snap(job(1), job(3, JobState.PENDING))
     run(ex, s0, start())
-    assert rec.calls == [("create_reservation", RESV)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3)]
     p = journal.load_intents().preemptions[0]
     assert p.state is PreemptionState.RESERVED
     assert p.victims[0].state is VictimState.PLANNED
@@ -329,7 +333,7 @@ def test_no_checkpoint_victim_requeued_without_signal(journal: Journal) -> None:
     run(ex, s0, start())
     run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
                         restart_count=0, after="no-checkpoint"))
-    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("requeue", 1)]
 
 
 def test_no_checkpoint_requeue_refused_for_a_job_that_can_checkpoint(journal: Journal) -> None:
@@ -348,6 +352,7 @@ def test_busy_reservation_deleted_once_unused(journal: Journal) -> None:
     ex, rec = make(journal)
     resv = (Reservation(name=RESV, nodes=("gpu01",)),)
     busy = snap(job(3, reservation=RESV), reservations=resv)
+    journal.record_reservation(RESV, 3, ("gpu01",), 0.0, 3600.0, state="preemption")
     delete = DeleteReservation(reason="beneficiary started", name=RESV, job_id=3)
     run(ex, busy, delete)
     run(ex, busy, delete)
@@ -379,12 +384,21 @@ def test_log_filters_by_job_and_time(journal: Journal) -> None:
     assert [r.kind for r in journal.read_audit(limit=1)] == ["SetSiteFactor"]
 
 
-def test_leftover_reservation_of_the_same_name_is_moved(journal: Journal) -> None:
+def test_leftover_reservation_of_ours_is_moved_a_foreign_one_is_refused(
+        journal: Journal) -> None:
     ex, rec = make(journal)
     old = (Reservation(name=RESV, nodes=("gpu05",)),)
+    # Carries our prefix, but the journal never made it: an admin's. Not touched.
     run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old), start())
-    assert rec.calls == [("update_reservation", RESV)]
-    assert journal.preemption(PID)["state"] == "reserved"  # type: ignore[index]
+    assert rec.calls == []
+    assert journal.read_audit()[-1].outcome == (
+        f"refused: reservation {RESV} exists and was not made by slurmpolicy")
+    # One the journal recorded as ours (an earlier daemon's) is moved.
+    journal.record_reservation(RESV, 3, ("gpu05",), 0.0, 3600.0, state="preemption")
+    run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old),
+        start(preemption_id="p2"))
+    assert rec.calls == [("update_reservation", RESV), ("set_job_reservation", 3)]
+    assert journal.preemption("p2")["state"] == "reserved"  # type: ignore[index]
 
 
 def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
@@ -395,7 +409,8 @@ def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
     s0 = snap(job(1), job(3, JobState.PENDING))
     other = SetSiteFactor(reason="aging", job_id=3, site_factor=100)
     run(ex, s0, start(), signal(), other)
-    assert rec.calls == [("create_reservation", RESV), ("signal", 1), ("set_site_factor", 3)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("signal", 1),
+                         ("set_site_factor", 3)]
     p = journal.load_intents().preemptions[0]
     assert p.victims[0].state is VictimState.SIGNALLED
     assert p.victims[0].signalled_at == 1000.0 and p.victims[0].deadline == 1100.0
@@ -420,7 +435,7 @@ def test_start_and_signal_in_one_cycle_sends_no_signal_without_the_reservation(
     del rec.fail[("create_reservation", RESV)]
     run(ex, s0, signal())
     assert rec.calls == [("create_reservation", RESV), ("create_reservation", RESV),
-                         ("signal", 1)]
+                         ("set_job_reservation", 3), ("signal", 1)]
 
 
 def test_refused_start_sends_no_signal(journal: Journal) -> None:
@@ -437,4 +452,4 @@ def test_no_checkpoint_victim_requeued_in_the_cycle_that_starts(journal: Journal
               job(3, JobState.PENDING))
     run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
                         restart_count=0, after="no-checkpoint"), start())
-    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("requeue", 1)]

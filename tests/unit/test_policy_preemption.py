@@ -48,7 +48,7 @@ def test_production_job_preempts_lower_class_in_one_leaf():
     leaves = {fab.domain_of(h, __import__("slurmpolicy.topology.types", fromlist=["Level"])
                             .Level.LEAF) for h in start.nodes}
     assert len(leaves) == 1
-    assert start.reservation == "spolicy_pre_1"
+    assert start.reservation == f"spolicy_pre_1_{int(b.now)}"  # unique per preemption
     assert start.reason.startswith("job 1 (production, 16 GPUs) cannot start; preempting")
     assert "(research, r, checkpoints, loses 8.7 GPU-h)" in start.reason
 
@@ -297,7 +297,7 @@ def test_victim_that_ended_by_itself_is_not_requeued_and_preemption_finishes():
     p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 90)
     (fin,) = [a for a in p4.actions if isinstance(a, FinishPreemption)]
     assert not fin.aborted and fin.reason == "beneficiary 1 started"
-    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == [f"spolicy_pre_1_{int(b.now)}"]
     intents = apply_to_intents(intents, p4, b.now + 90)
     assert intents.preemptions[0].state is PreemptionState.DONE
     assert not intents.open_preemptions()
@@ -313,7 +313,7 @@ def test_beneficiary_leaving_aborts_the_rest():
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
     (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
     assert fin.aborted and "beneficiary 1 left the queue" in fin.reason
-    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [f"spolicy_pre_1_{int(b.now)}"]
 
 
 def test_beneficiary_that_no_longer_needs_it_aborts():
