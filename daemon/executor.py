@@ -54,7 +54,7 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment, read_acks
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
@@ -141,17 +141,20 @@ class CycleReport:
         self.notes += other.notes
 
 
-def _ack_time(job: Job) -> float | None:
-    return last_checkpoint(job.comment)
+def _ack_time(job: Job, now: float) -> float | None:
+    """The victim's latest valid ack (finite, not beyond ``now`` + the clock skew)."""
+    return last_checkpoint(job.comment, now)
 
 
-def _acknowledged(job: Job, signalled_at: float) -> bool:
+def _acknowledged(job: Job, signalled_at: float, now: float) -> bool:
     """The victim wrote a checkpoint acknowledgement at or after the signal.
 
     Jobs write whole seconds; compare with the signal's whole second so that
-    an ack written within the same second as the signal counts.
+    an ack written within the same second as the signal counts. An ack
+    stamped in the future (beyond the clock skew), or not a finite number,
+    does not count (see :func:`slurmpolicy.jobpolicy.read_acks`).
     """
-    ack = _ack_time(job)
+    ack = _ack_time(job, now)
     return ack is not None and ack >= math.floor(signalled_at)
 
 
@@ -176,6 +179,8 @@ class Executor:
         #: before its outcome is journalled (the worst moment to die).
         self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
         self._annotations: dict[int | None, str] = {}
+        #: Refused acks already audited, by (preemption, job, restart, what).
+        self._refused_noted: set[tuple[str, int, int, str]] = set()
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -307,7 +312,7 @@ class Executor:
         if job is None:
             return 0.0
         gpus = victim.get("gpus") or job.gpus
-        since = _ack_time(job) or job.start_time
+        since = _ack_time(job, at) or job.start_time
         if since is None:
             return 0.0
         return max(0.0, at - since) * gpus
@@ -336,13 +341,14 @@ class Executor:
                 # state moves to acknowledged/deadline when the requeue is made,
                 # so that the planner words its reason from what it sees.
                 signalled_at = float(victim["signalled_at"] or now)
-                if victim["acked_at"] is None and _acknowledged(job, signalled_at):
-                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job))
+                self._note_refused_acks(pid, job, rc, now)
+                if victim["acked_at"] is None and _acknowledged(job, signalled_at, now):
+                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job, now))
                     self._report.acks += 1
                     self._audit(None, "CheckpointAck",
                                 f"victim {job_id} acknowledged its checkpoint "
-                                f"{max(0.0, (_ack_time(job) or now) - signalled_at):.0f}s after"
-                                " the signal", "observed", job_id=job_id, jobs=(job_id,))
+                                f"{max(0.0, (_ack_time(job, now) or now) - signalled_at):.0f}s"
+                                " after the signal", "observed", job_id=job_id, jobs=(job_id,))
                 elif victim["acked_at"] is None and victim["deadline"] is not None and \
                         now >= float(victim["deadline"]) and not victim["deadline_noted"]:
                     self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
@@ -352,6 +358,18 @@ class Executor:
                                 f"victim {job_id} did not acknowledge its checkpoint by its"
                                 " deadline; it is requeued anyway",
                                 "observed", job_id=job_id, jobs=(job_id,))
+
+    def _note_refused_acks(self, pid: str, job: Job, rc: int, now: float) -> None:
+        """Journal, once each, the acks of a signalled victim that do not count."""
+        for what in read_acks(job.comment, now)[1]:
+            key = (pid, job.job_id, rc, what.split(" ")[0])
+            if key in self._refused_noted:
+                continue
+            self._refused_noted.add(key)
+            self._audit(None, "CheckpointAck",
+                        f"victim {job.job_id}: a checkpoint acknowledgement in its comment "
+                        f"was refused: {what}", "refused", job_id=job.job_id,
+                        jobs=(job.job_id,))
 
     def _advance_preemptions(self, snapshot: Snapshot) -> None:
         for p in self.journal.preemptions(open_only=True):
@@ -700,7 +718,7 @@ class Executor:
             return
         if state is VictimState.SIGNALLED and job is not None:
             # The plan may have seen the ack or the deadline before our bookkeeping.
-            if _acknowledged(job, float(victim["signalled_at"] or now)):
+            if _acknowledged(job, float(victim["signalled_at"] or now), now):
                 state = VictimState.ACKNOWLEDGED
             elif victim["deadline"] is not None and now >= float(victim["deadline"]):
                 state = VictimState.DEADLINE

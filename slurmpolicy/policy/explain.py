@@ -282,7 +282,7 @@ def _explain_running(ctx: Context, job: Job, base: dict[str, object],
         placement += f"; communication cost {ctx.fabric.cost(hosts):.1f}"
     elif hosts:
         placement += f" (leaf {ctx.domain_of(hosts[0], Level.LEAF)})"
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, ctx.now)
     why = preemption.why_not_victim(ctx, job, None)
     in_flight = next((p for p in ctx.open_preemptions
                       if any(v.job_id == job.job_id for v in p.victims)), None)

@@ -66,7 +66,7 @@ def gpu_hours(gpu_seconds: float) -> str:
 def lost_work(ctx: Context, job: Job) -> float:
     """GPU-seconds lost if ``job`` stopped now, plus the cost of restarting it."""
     start = job.start_time if job.start_time is not None else ctx.now
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, ctx.now)
     since = max(start, ckpt) if ckpt is not None else start
     gpus = job_gpus(job)
     return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
@@ -503,7 +503,7 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
             # would refuse the requeue every cycle.
             return _abort(p, f"victim {v.job_id} may no longer be requeued (Requeue=0)")
         if v.state is VictimState.SIGNALLED:
-            ack = last_checkpoint(job.comment)
+            ack = last_checkpoint(job.comment, ctx.now)
             if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
                 actions.append(Requeue(
                     preemption_id=p.preemption_id, job_id=v.job_id,

@@ -305,7 +305,7 @@ def slurm_view(frame: Frame, job: Job, *, note: str = "") -> Explanation:
             job_id=job.job_id, state=job.state.value, headline=f"Running on {placement}",
             job_class=klass, partition=job.partition, request=_request(job),
             effective_priority=job.priority, placement_text=placement,
-            last_checkpoint=last_checkpoint(job.comment),
+            last_checkpoint=last_checkpoint(job.comment, frame.now),
             preemption_candidate=None if state == "-" else state not in ("protected",
                                                                          "no requeue"),
             preemption_text="" if state == "-" else state, notes=notes,

@@ -185,6 +185,24 @@ def test_full_preemption_story(journal: Journal) -> None:
     assert "SignalCheckpoint" in kinds and "Requeue" in kinds and "CheckpointAck" in kinds
 
 
+def test_an_ack_stamped_in_the_future_is_refused_and_journalled_once(
+        journal: Journal) -> None:
+    """Issue 13, finding 7: a forged ack (stamped an hour ahead) is no ack."""
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    forged = snap(job(1, comment="ckpt:4600 ckpt:nan"), job(3, JobState.PENDING))
+    for now in (1010.0, 1020.0):
+        run(ex, forged, requeue(), now=now)
+    assert ("requeue", 1) not in rec.calls
+    refused = [r for r in journal.read_audit(job_id=1) if r.outcome == "refused"]
+    assert sorted(r.reason.split(": ", 1)[1] for r in refused) == [
+        "a checkpoint acknowledgement in its comment was refused: not a finite number",
+        "a checkpoint acknowledgement in its comment was refused: stamped 3590s in the "
+        "future (more than the allowed clock skew of 60s)"]
+    assert journal.victim(PID, 1, 0)["acked_at"] is None  # type: ignore[index]
+
+
 def test_deadline_then_requeue_counts_missed_ack(journal: Journal) -> None:
     ex, rec = make(journal)
     s0 = snap(job(1), job(3, JobState.PENDING))
