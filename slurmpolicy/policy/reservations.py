@@ -38,6 +38,11 @@ from slurmpolicy.policy.priority import PriorityResult
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
 
+#: Slurm plans a job without a time limit one year ahead; a reservation that
+#: starts later than this blocks nothing now.
+FAR_AHEAD = 366 * 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class Forecast:
     """Where and when a job could start, and what that rests on."""
@@ -229,6 +234,8 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
     for res in ctx.snapshot.reservations:
         if res.end_time is not None and res.end_time <= ctx.now:
             continue
+        if res.start_time is not None and res.start_time > ctx.now + FAR_AHEAD:
+            continue  # e.g. the daemons' lease: it blocks nothing Slurm plans now
         for h in res.nodes:
             held_by.setdefault(h, set()).add(res.name)
     for intent in ours.values():

@@ -121,8 +121,10 @@ class FakeClient:
 
 def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool = False,
             now: float = 1000.0) -> Daemon:
+    # No lease: these fakes hold no nodes (the lease has its own tests).
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=5,
-                                              max_backoff=40, max_snapshot_age=60),
+                                              max_backoff=40, max_snapshot_age=60,
+                                              lease_ttl=0),
                         metrics=Metrics(enabled=False))
     d = Daemon(settings, client=client, planner=planner,
                fabric_loader=lambda s, st: None, clock=lambda: now, dry_run=dry_run)
@@ -152,7 +154,7 @@ def test_cycle_skips_stale_snapshot_and_backs_off(tmp_path: Path) -> None:
 
 
 def test_next_cycle_sooner_while_a_signalled_victim_awaits_its_requeue(tmp_path: Path) -> None:
-    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30,
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30, lease_ttl=0,
                                               preemption_poll=5, max_snapshot_age=60),
                         metrics=Metrics(enabled=False))
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
@@ -208,6 +210,7 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
     fabric_file.write_text("# v1\n")
     settings_file = tmp_path / "s.toml"
     settings_file.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\n'
+                             'lease_ttl = 0\n'
                              f'[fabric]\nfabric_file = "{fabric_file}"\n'
                              '[metrics]\nenabled = false\n')
     from slurmpolicy import settings as settings_mod
