@@ -137,6 +137,8 @@ class Daemon:
         self.cycles = 0
         self._last_watchdog = 0.0
         self._last_prune = 0.0
+        #: Why the fabric sources were last refused ("" when the fabric in use is current).
+        self.fabric_error = ""
         self.lease: Lease | None = None
         self._last_snapshot: Snapshot | None = None
         self._standby_said = ""
@@ -339,8 +341,20 @@ class Daemon:
         nodes = tuple((n.name, n.gpus, n.features) for n in snapshot.nodes)
         key = (stamps, nodes)
         if self.fabric is None or key != self._fabric_key:
-            self.fabric = self.fabric_loader(snapshot, self.settings)
+            try:
+                fabric = self.fabric_loader(snapshot, self.settings)
+            except SlurmPolicyError as exc:
+                if self.fabric is None:
+                    raise  # nothing good to go on with: the cycle fails, and says why
+                # A typo in a fabric file must not stop preemptions in flight:
+                # keep the last good fabric and go on; say so once per change.
+                self._fabric_key = key
+                self.fabric_error = str(exc)
+                log.error("fabric not reloaded, keeping the last good one: %s", exc)
+                return self.fabric
+            self.fabric = fabric
             self._fabric_key = key
+            self.fabric_error = ""
             log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
         return self.fabric
 
