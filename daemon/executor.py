@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmpolicy.durations import humanize
 from slurmpolicy.errors import (
     JobAlreadyFinished,
     JobAlreadyPending,
@@ -105,6 +106,11 @@ _RESERVATION_MARGIN = 3600.0
 _NOT_SENT = re.compile(r"connect failure|connection refused|munge|configuration|"
                        r"unable to establish|not found in", re.IGNORECASE)
 
+
+#: Durations and amounts of work in a note ("within 3m", "loses 1.5 GPU-h"): they
+#: drift from cycle to cycle without changing what it says. Job ids and host
+#: names stay: a note about another job or host is another note.
+_NUMBERS = re.compile(r"\b(?:\d+[dhms])+\b|\d+(?:\.\d+)? GPU-h")
 
 #: Steps whose repetition would hurt a job: their intent is fsync'd before the call.
 _DURABLE = frozenset({"signal", "requeue", "reserve", "bind"})
@@ -178,7 +184,8 @@ class Executor:
         #: daemon SIGKILL itself right after such a Slurm call succeeded and
         #: before its outcome is journalled (the worst moment to die).
         self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
-        self._annotations: dict[int | None, str] = {}
+        #: The note in force per job: (its words without numbers, audit id, since).
+        self._annotations: dict[int | None, tuple[str, int, float] | None] = {}
         #: Refused acks already audited, by (preemption, job, restart, what).
         self._refused_noted: set[tuple[str, int, int, str]] = set()
 
@@ -225,11 +232,12 @@ class Executor:
 
     def _audit(self, action: Action | None, kind: str, reason: str, outcome: str, *,
                job_id: int | None = None, jobs: tuple[int, ...] = (),
-               detail: dict[str, Any] | None = None) -> None:
+               detail: dict[str, Any] | None = None, at: float | None = None) -> int:
         self._report.outcomes[(kind, outcome.split(":", 1)[0])] += 1
-        self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
-                           detail=detail, dry_run=self.dry_run)
+        record = self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
+                                    detail=detail, dry_run=self.dry_run, at=at)
         log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
+        return record
 
     # ----------------------------------------------------------- reconcile
     def reconcile(self, snapshot: Snapshot, now: float | None = None) -> CycleReport:
@@ -420,11 +428,26 @@ class Executor:
 
     # Each handler: guard, journal, call, record, audit.
     def _do_Annotate(self, a: Annotate, snapshot: Snapshot, now: float) -> None:
-        # The planner repeats its explanations every cycle; the audit keeps changes.
-        if self._annotations.get(a.job_id) == a.reason:
+        # The planner repeats its explanations every cycle: a note is recorded
+        # once (durations that drift, like "within 3m", do not make it new, nor
+        # does a restart of the daemon), and closed with how long it held
+        # when another note replaces it.
+        key = _NUMBERS.sub("#", a.reason)
+        if a.job_id not in self._annotations:
+            last = self.journal.last_audit("Annotate", a.job_id) if a.job_id is not None \
+                else None
+            first = self.journal.job_since(a.job_id) if a.job_id is not None else None
+            self._annotations[a.job_id] = (
+                (_NUMBERS.sub("#", last.reason), last.id, last.at)
+                if last is not None and last.outcome == "noted"
+                and (first is None or last.at >= first - 1.0) else None)
+        held = self._annotations[a.job_id]
+        if held is not None and held[0] == key:
             return
-        self._annotations[a.job_id] = a.reason
-        self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id)
+        if held is not None:
+            self.journal.set_audit_outcome(held[1], f"noted; held {humanize(now - held[2])}")
+        record = self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id, at=now)
+        self._annotations[a.job_id] = (key, record, now)
 
     def _do_SetSiteFactor(self, a: SetSiteFactor, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None

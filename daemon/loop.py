@@ -195,7 +195,7 @@ class Daemon:
         text = self.journal.get_meta("lease_token")
         if text and text.isdigit():
             return int(text)
-        lease = Lease(self.client, "", 1.0)  # type: ignore[arg-type]  # draws a token
+        lease = Lease(self.client, "", 1.0)  # draws a token
         self.journal.set_meta("lease_token", str(lease.token))
         return lease.token
 
@@ -451,6 +451,11 @@ class Daemon:
         fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
         self.journal.set_usage(fresh, now)
         self.journal.forget_jobs(j.job_id for j in snapshot.jobs)
+        # Each job id's identity (cluster, first submit): a reused id starts clean.
+        reused = self.journal.note_jobs(snapshot.cluster_name, snapshot.jobs, now)
+        if reused:
+            log.info("job id(s) %s now name other jobs; their earlier records stay with "
+                     "the old ones", ", ".join(map(str, reused[:10])))
 
 
 def _user_name() -> str:

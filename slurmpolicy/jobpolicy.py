@@ -22,7 +22,6 @@ kept free of them so that the core stays small.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 PREFIX = "spolicy:v1"

@@ -37,7 +37,6 @@ from slurmpolicy.policy.context import Context, job_gpus, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
 
-
 #: Slurm plans a job without a time limit one year ahead; a reservation that
 #: starts later than this blocks nothing now.
 FAR_AHEAD = 366 * 86400.0

@@ -266,7 +266,7 @@ def order_running(frame: Frame, filters: Filters, sort: str = "job",
             jobs.sort(key=lambda j: (j.user, j.job_id))
         elif sort == "checkpoint":
             # Oldest checkpoint first (the most work at risk); none at all leads.
-            jobs.sort(key=lambda j: (last_checkpoint(j.comment, self.now) or 0.0, j.job_id))
+            jobs.sort(key=lambda j: (last_checkpoint(j.comment, frame.now) or 0.0, j.job_id))
         if reverse:
             jobs.reverse()
         return jobs

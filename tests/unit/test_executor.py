@@ -392,6 +392,48 @@ def test_repeated_annotation_audited_once(journal: Journal) -> None:
     assert [r.reason for r in journal.read_audit()] == ["waits for gpu01", "waits for gpu02"]
 
 
+
+def test_an_unchanged_note_is_recorded_once_with_how_long_it_held(journal: Journal) -> None:
+    """Issue 13, finding 10: the same note is not written again every cycle (its
+    durations drift; a restarted daemon knows it too); when another note replaces
+    it, the old one says how long it held."""
+    from slurmpolicy.policy.actions import Annotate
+
+    ex, _ = make(journal)
+    for now, left in ((1000.0, "3m"), (1030.0, "2m30s"), (1060.0, "2m")):
+        run(ex, snap(), Annotate(reason=f"no preemption for job 9: it should start within "
+                                        f"{left} anyway", job_id=9), now=now)
+    ex2, _ = make(journal)  # a restarted daemon
+    run(ex2, snap(), Annotate(reason="no preemption for job 9: it should start within 1m "
+                                     "anyway", job_id=9), now=1090.0)
+    run(ex2, snap(), Annotate(reason="no preemption for job 9: no running job may be "
+                                     "preempted for it", job_id=9), now=1200.0)
+    records = journal.read_audit(job_id=9)
+    assert [(r.reason, r.outcome) for r in records] == [
+        ("no preemption for job 9: it should start within 3m anyway", "noted; held 3m"),
+        ("no preemption for job 9: no running job may be preempted for it", "noted")]
+
+
+def test_a_reused_job_id_starts_a_clean_history(journal: Journal) -> None:
+    """Issue 13, finding 10: job 9 of a rebuilt cluster (or after ids wrapped) does
+    not inherit the decisions and counters of the old job 9; a requeue (Slurm
+    resets the submit time) keeps the job's own history."""
+    old = job(9, submit_time=500.0)
+    journal.note_jobs("t", [old], 600.0)
+    journal.audit("Requeue", "requeue victim 9", "ok", job_id=9, at=700.0)
+    journal.add_missed_ack(9)
+    requeued = job(9, JobState.PENDING, submit_time=800.0, restart_count=1)
+    assert journal.note_jobs("t", [requeued], 800.0) == []
+    assert [r.reason for r in journal.read_audit(job_id=9)] == ["requeue victim 9"]
+    assert journal.load_intents().missed_acks == {9: 1}
+    new = job(9, JobState.PENDING, submit_time=9000.0)
+    assert journal.note_jobs("t", [new], 9000.0) == [9]
+    assert journal.read_audit(job_id=9) == []
+    assert journal.load_intents().missed_acks == {}
+    # The same id on another cluster is another job, too.
+    assert journal.note_jobs("other", [new], 9001.0) == [9]
+
+
 def test_log_filters_by_job_and_time(journal: Journal) -> None:
     journal.audit("StartPreemption", "x", "ok", job_id=3, jobs=(1, 2), at=100.0)
     journal.audit("SetSiteFactor", "y", "ok", job_id=12, at=200.0)

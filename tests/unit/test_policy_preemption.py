@@ -297,7 +297,8 @@ def test_victim_that_ended_by_itself_is_not_requeued_and_preemption_finishes():
     p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 90)
     (fin,) = [a for a in p4.actions if isinstance(a, FinishPreemption)]
     assert not fin.aborted and fin.reason == "beneficiary 1 started"
-    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == [f"spolicy_pre_1_{int(b.now)}"]
+    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == [
+        f"spolicy_pre_1_{int(b.now)}"]
     intents = apply_to_intents(intents, p4, b.now + 90)
     assert intents.preemptions[0].state is PreemptionState.DONE
     assert not intents.open_preemptions()
@@ -313,7 +314,8 @@ def test_beneficiary_leaving_aborts_the_rest():
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
     (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
     assert fin.aborted and "beneficiary 1 left the queue" in fin.reason
-    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [f"spolicy_pre_1_{int(b.now)}"]
+    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [
+        f"spolicy_pre_1_{int(b.now)}"]
 
 
 def test_beneficiary_that_no_longer_needs_it_aborts():
