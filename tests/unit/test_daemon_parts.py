@@ -246,6 +246,50 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
         d.close()
 
 
+def test_a_fabric_broken_mid_flight_keeps_the_last_good_one(tmp_path: Path) -> None:
+    """Issue 13, finding 2: a typo in the fabric file during a preemption must not
+    stop it where it stands: the planner goes on with the last good fabric."""
+    from slurmpolicy.errors import TopologyError
+
+    fabric_file = tmp_path / "fabric.toml"
+    fabric_file.write_text("# v1\n")
+    good = object()
+    seen: list[object] = []
+
+    def loader(snapshot: Snapshot, settings: Settings) -> object:
+        if "typo" in fabric_file.read_text():
+            raise TopologyError(f"{fabric_file}: line 1: not valid TOML")
+        return good
+
+    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
+        seen.append(fabric)
+        return Plan()
+
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "st"), lease_ttl=0),
+                        fabric=settings_mod_fabric(str(fabric_file)),
+                        metrics=Metrics(enabled=False))
+    d = Daemon(settings, client=FakeClient([fresh] * 3), planner=planner,
+               fabric_loader=loader, clock=lambda: 1000.0)
+    d.open()
+    try:
+        assert d.cycle().result == "ok"
+        fabric_file.write_text("typo [\n")
+        os.utime(fabric_file, (2e9, 2e9))
+        assert d.cycle().result == "ok"
+        assert d.cycle().result == "ok"
+        assert seen == [good, good, good]
+        assert d.fabric_error.endswith("line 1: not valid TOML")
+    finally:
+        d.close()
+
+
+def settings_mod_fabric(path: str) -> object:
+    from slurmpolicy.settings import Fabric
+
+    return Fabric(fabric_file=path)
+
+
 def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
     from slurmpolicy.settings import from_mapping
 
