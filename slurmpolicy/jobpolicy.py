@@ -206,7 +206,7 @@ def read_acks(comment: str, now: float | None = None,
     """The latest valid acknowledgement in ``comment``, and the refused ones.
 
     A token ``ckpt:<stamp>[:<restart>]`` counts when its stamp is a finite
-    number of epoch seconds and (when ``now`` is given) not
+    number of epoch seconds, not negative, and (when ``now`` is given) not
     more than ``skew`` seconds in the future. Every other ``ckpt:`` token is
     refused, described in inert words (never the token itself: it is the
     job's text). Never raises, whatever the comment holds.
@@ -224,6 +224,9 @@ def read_acks(comment: str, now: float | None = None,
             continue
         if not math.isfinite(value):
             refused.append("not a finite number")
+            continue
+        if value < 0:
+            refused.append("stamped before 1970")
             continue
         if now is not None and value > now + skew:
             refused.append(f"stamped {value - now:.0f}s in the future (more than the "

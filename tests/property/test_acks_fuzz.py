@@ -34,6 +34,7 @@ NOW = 1_800_000_000.0
     ("ckpt:inf", "not a finite number"),
     ("ckpt:-inf:3", "not a finite number"),
     ("ckpt:1e400", "not a finite number"),
+    ("ckpt:-6.7e16", "stamped before 1970"),
     ("ckpt:soon", "malformed (not a number of epoch seconds)"),
     ("ckpt:", "malformed (not a number of epoch seconds)"),
     (f"ckpt:{NOW + 3600:.0f}", "stamped 3600s in the future (more than the allowed clock "
