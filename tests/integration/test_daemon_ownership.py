@@ -6,7 +6,9 @@ Each test has a 2-node x 8-GPU cluster of its own and drives
 - freed nodes reach the beneficiary and no other job of its user;
 - a job Slurm may not requeue is never a victim, and `why` says so;
 - a beneficiary cancelled during the grace ends the preemption, and the next
-  preemption of the same victim signals it afresh (no key is reused);
+  preemption of the same victim signals it afresh (no key is reused); a held
+  beneficiary ends it too, and gets its reservation taken off; a victim made
+  non-requeueable in flight ends it without a requeue retried every cycle;
 - a reservation that carries our prefix but that the daemon did not make is
   never touched, and an empty prefix is refused;
 - two daemons with different state directories: one acts, the other stands
@@ -243,3 +245,59 @@ def test_two_daemons_on_one_cluster_one_acts_the_other_takes_over(
     for job_id in busy:
         cluster.release(job_id, wd)
     assert_no_job_lost(cluster, [*busy])
+
+
+def test_a_held_beneficiary_ends_it_and_gets_its_reservation_taken_off(
+        cluster: LiveCluster, daemon: DaemonRunner) -> None:
+    wd = cluster.workdir()
+    victim = submit(cluster, IGNORING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                    admin_comment=victim_comment(grace=30), workdir=wd)
+    keeper = submit(cluster, cluster.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                    admin_comment=PRODUCTION, workdir=wd)
+    for job_id in (victim, keeper):
+        cluster.wait_state(job_id, "RUNNING")
+    beneficiary = submit_beneficiary(cluster, wd, seconds=2)
+    daemon.start()
+    wait_for(lambda: (wd / f"trap.{victim}").exists(), 60, "the checkpoint signal")
+    name = str(_preemptions(daemon)[0]["reservation"])
+    assert cluster.scontrol_show_job(beneficiary).get("Reservation") == name
+    cluster.slurm_cmd("scontrol", "hold", str(beneficiary))
+    pre = wait_for(lambda: [p for p in _preemptions(daemon) if p["state"] == "aborted"], 30,
+                   "the preemption aborted")[0]
+    assert str(pre["reason"]).endswith(f"beneficiary {beneficiary} is held")
+    # The reservation is taken off the waiting job first, then deleted.
+    wait_for(lambda: cluster.slurm_cmd("scontrol", "show", "reservation", name,
+                                       check=False).returncode != 0, 30,
+             "the reservation deleted")
+    assert cluster.scontrol_show_job(beneficiary).get("Reservation") in (None, "", "(null)")
+    assert restarts(cluster, victim) == 0
+    audit = [r.kind for r in journal_of(daemon).read_audit(job_id=beneficiary)]
+    assert audit.count("FinishPreemption") == 1
+    cluster.release(keeper, wd)
+    assert_no_job_lost(cluster, [victim, keeper, beneficiary])
+
+
+def test_a_victim_made_non_requeueable_in_flight_ends_the_preemption(
+        cluster: LiveCluster, daemon: DaemonRunner) -> None:
+    wd = cluster.workdir()
+    victim = submit(cluster, IGNORING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                    admin_comment=victim_comment(grace=8), workdir=wd)
+    keeper = submit(cluster, cluster.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                    admin_comment=PRODUCTION, workdir=wd)
+    for job_id in (victim, keeper):
+        cluster.wait_state(job_id, "RUNNING")
+    beneficiary = submit_beneficiary(cluster, wd, seconds=2)
+    daemon.start()
+    wait_for(lambda: (wd / f"trap.{victim}").exists(), 60, "the checkpoint signal")
+    cluster.slurm_cmd("scontrol", "update", f"jobid={victim}", "requeue=0")
+    pre = wait_for(lambda: [p for p in _preemptions(daemon) if p["state"] == "aborted"], 60,
+                   "the preemption aborted")[0]
+    assert str(pre["reason"]).endswith(f"victim {victim} may no longer be requeued (Requeue=0)")
+    # It is not retried: no requeue was ever asked of Slurm, and the beneficiary
+    # waits without a reservation (it is no longer a candidate's only hope).
+    assert not [s for s in journal_of(daemon).steps() if s["kind"] == "requeue"]
+    assert restarts(cluster, victim) == 0
+    assert cluster.scontrol_show_job(beneficiary).get("Reservation") in (None, "", "(null)")
+    cluster.release(keeper, wd)
+    cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
+    assert_no_job_lost(cluster, [victim, keeper, beneficiary])
