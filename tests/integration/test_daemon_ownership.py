@@ -301,3 +301,37 @@ def test_a_victim_made_non_requeueable_in_flight_ends_the_preemption(
     cluster.release(keeper, wd)
     cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
     assert_no_job_lost(cluster, [victim, keeper, beneficiary])
+
+
+def test_fabric_and_settings_broken_mid_flight_keep_the_last_good_ones(
+        cluster: LiveCluster, daemon: DaemonRunner) -> None:
+    wd = cluster.workdir()
+    fabric = daemon.settings.parent / "fabric.toml"
+    fabric.write_text('[[rack]]\nname = "r1"\nhosts = "gpu[01-02]"\nnvlink = false\n'
+                      'leaf = "leaf1"\n')
+    write_settings(daemon.settings, daemon.settings.parent / "state",
+                   fabric={"fabric_file": str(fabric)})
+    victim = submit(cluster, IGNORING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                    admin_comment=victim_comment(grace=10), workdir=wd)
+    keeper = submit(cluster, cluster.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                    admin_comment=PRODUCTION, workdir=wd)
+    for job_id in (victim, keeper):
+        cluster.wait_state(job_id, "RUNNING")
+    beneficiary = submit_beneficiary(cluster, wd, seconds=2)
+    daemon.start()
+    wait_for(lambda: (wd / f"trap.{victim}").exists(), 60, "the checkpoint signal")
+    # A typo in the fabric file and in the settings while the victim's grace runs.
+    fabric.write_text('[[rack]\nname = "r1"\n')
+    daemon.settings.write_text("[daemon\n")
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)
+    # The preemption goes on: the victim is requeued at its deadline, the
+    # beneficiary starts on the held node.
+    cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
+    assert restarts(cluster, victim) == 1
+    logs = daemon.logs()
+    assert "fabric not reloaded, keeping the last good one" in logs
+    assert "settings not reloaded, keeping the old ones" in logs
+    cluster.release(keeper, wd)
+    release_requeued(cluster, victim)
+    assert_no_job_lost(cluster, [victim, keeper, beneficiary])
