@@ -175,7 +175,7 @@ class Daemon:
             self.executor.should_stop = self._stop.is_set
             if not self.dry_run and self.settings.daemon.lease_ttl > 0:
                 self.lease = Lease(self.client, self.settings.reservations.name_prefix,
-                                   self.settings.daemon.lease_ttl, token=self._lease_token(),
+                                   lease_ttl(self.settings), token=self._lease_token(),
                                    user=_user_name())
             if self.serve_metrics and self.settings.metrics.enabled:
                 try:
@@ -466,3 +466,12 @@ def _user_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return "root"
+
+
+def lease_ttl(settings: Settings) -> float:
+    """The lease's time to live: ``daemon.lease_ttl``, but at least three cycles.
+
+    The holder renews once per cycle at most; a shorter lease would lapse
+    between two of its cycles and be taken over while it is alive.
+    """
+    return max(settings.daemon.lease_ttl, 3 * settings.daemon.interval)

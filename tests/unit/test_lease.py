@@ -92,3 +92,11 @@ def test_the_lease_starts_years_ahead_and_a_foreign_reservation_is_not_taken(
     assert not a.check(slurm.snapshot(), 1001.0)
     assert "is not a slurmpolicy lease" in a.status
     assert slurm.table["sp_lease"].start_time == 5000.0
+
+
+def test_the_lease_lasts_at_least_three_cycles() -> None:
+    from slurmpolicy.daemon.loop import lease_ttl
+    from slurmpolicy.settings import from_mapping
+
+    assert lease_ttl(from_mapping({"daemon": {"interval": "30s"}})) == 90
+    assert lease_ttl(from_mapping({"daemon": {"interval": "60s", "lease_ttl": "1m"}})) == 180
