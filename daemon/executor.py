@@ -665,9 +665,12 @@ class Executor:
     def _victim_or_refuse(self, a: SignalCheckpoint | Requeue) -> dict[str, Any] | None:
         """The journal's row of the victim this step is for, or None (audited as refused)."""
         victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
-        if victim is None:
+        p = self.journal.preemption(a.preemption_id)
+        if victim is None or p is None or p["state"] in (PreemptionState.DONE.value,
+                                                         PreemptionState.ABORTED.value):
             self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
                         job_id=a.job_id)
+            return None
         return victim
 
     def _do_SignalCheckpoint(self, a: SignalCheckpoint, snapshot: Snapshot, now: float) -> None:
@@ -817,8 +820,11 @@ class Executor:
         return status in (OK, REACHED)
 
     def _reserved(self, pid: str) -> bool:
+        """The nodes are held for the beneficiary alone (and the preemption is open)."""
         p = self.journal.preemption(pid)
-        return p is not None and p["state"] != PreemptionState.PLANNED.value
+        return p is not None and p["state"] in (PreemptionState.RESERVED.value,
+                                                PreemptionState.SIGNALLED.value,
+                                                PreemptionState.REQUEUED.value)
 
     def _do_FinishPreemption(self, a: FinishPreemption, snapshot: Snapshot, now: float) -> None:
         p = self.journal.preemption(a.preemption_id)

@@ -513,3 +513,43 @@ def test_no_checkpoint_victim_requeued_in_the_cycle_that_starts(journal: Journal
     run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
                         restart_count=0, after="no-checkpoint"), start())
     assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("requeue", 1)]
+
+
+def test_a_requeue_slurm_refuses_three_times_aborts_the_preemption(journal: Journal) -> None:
+    """Issue 13, finding 2: a step that cannot succeed is not retried every cycle."""
+    from slurmpolicy.errors import SlurmError
+
+    ex, rec = make(journal)
+    run(ex, snap(job(1), job(3, JobState.PENDING)), start(), signal())
+    rec.fail[("requeue", 1)] = SlurmError("Requested operation is presently disabled")
+    acked = snap(job(1, comment="ckpt:1001"), job(3, JobState.PENDING, reservation=RESV),
+                 reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    for now in (1002.0, 1003.0, 1004.0, 1005.0):
+        run(ex, acked, requeue(), now=now)
+    assert rec.calls.count(("requeue", 1)) == 3
+    p = journal.preemption(PID)
+    assert p is not None and p["state"] == "aborted"
+    assert p["reason"] == (f"preemption {PID} aborted: Slurm refused victim 1's requeue 3 times:"
+                           " Requested operation is presently disabled")
+    # The reservation is taken off the waiting beneficiary, then deleted.
+    assert rec.calls[-2:] == [("set_job_reservation", 3), ("delete_reservation", RESV)]
+
+
+def test_a_beneficiary_slurm_will_not_bind_ends_the_preemption_unsignalled(
+        journal: Journal) -> None:
+    from slurmpolicy.errors import SlurmError
+
+    ex, rec = make(journal)
+    rec.fail[("set_job_reservation", 3)] = SlurmError("Access denied to reservation")
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    held = snap(job(1), job(3, JobState.PENDING),
+                reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    for now in (1001.0, 1002.0, 1003.0):
+        run(ex, held, signal(), now=now)
+    assert rec.calls.count(("set_job_reservation", 3)) == 3
+    assert ("signal", 1) not in rec.calls  # never signalled: the nodes were never its own
+    p = journal.preemption(PID)
+    assert p is not None and p["state"] == "aborted"
+    assert "Slurm refused naming reservation spolicy_p1 on beneficiary 3 3 times" in p["reason"]
+    assert rec.calls[-1] == ("delete_reservation", RESV)
