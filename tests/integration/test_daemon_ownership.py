@@ -335,3 +335,77 @@ def test_fabric_and_settings_broken_mid_flight_keep_the_last_good_ones(
     cluster.release(keeper, wd)
     release_requeued(cluster, victim)
     assert_no_job_lost(cluster, [victim, keeper, beneficiary])
+
+
+def test_a_beneficiary_cannot_grow_beyond_the_nodes_held_for_it(
+        cluster: LiveCluster, daemon: DaemonRunner) -> None:
+    """Resizing the beneficiary: while it names its reservation, Slurm itself
+    refuses a node count the held nodes cannot give, and the preemption goes on
+    (the planner would abort one whose beneficiary outgrew its nodes anyway:
+    tests/unit/test_policy_preemption.py)."""
+    wd = cluster.workdir()
+    victim = submit(cluster, IGNORING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                    admin_comment=victim_comment(grace=8), workdir=wd)
+    keeper = submit(cluster, cluster.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                    admin_comment=PRODUCTION, workdir=wd)
+    for job_id in (victim, keeper):
+        cluster.wait_state(job_id, "RUNNING")
+    beneficiary = submit_beneficiary(cluster, wd, seconds=2)
+    daemon.start()
+    wait_for(lambda: (wd / f"trap.{victim}").exists(), 60, "the checkpoint signal")
+    grow = cluster.slurm_cmd("scontrol", "update", f"jobid={beneficiary}", "numtasks=2",
+                             "numnodes=2", check=False)
+    assert grow.returncode != 0
+    assert "Node count specification invalid" in grow.stderr + grow.stdout
+    cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
+    assert [p["state"] for p in _preemptions(daemon)] != ["aborted"]
+    cluster.release(keeper, wd)
+    release_requeued(cluster, victim)
+    assert_no_job_lost(cluster, [victim, keeper, beneficiary])
+
+
+def test_a_reused_job_id_on_a_rebuilt_cluster_starts_a_clean_history(
+        cluster: LiveCluster, daemon: DaemonRunner) -> None:
+    """Issue 13, finding 10: the journal outlives a cluster; job 1 of the rebuilt
+    cluster is shown only its own decisions, not those of the old job 1."""
+    wd = cluster.workdir()
+    busy = [submit(cluster, cluster.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                   admin_comment=PRODUCTION, workdir=wd) for _ in range(2)]
+    for job_id in busy:
+        cluster.wait_state(job_id, "RUNNING")
+    old = submit(cluster, "#!/bin/bash\ntrue\n", "-p", "research", "-N1", "--gres=gpu:8",
+                 admin_comment=EXPERIMENTAL, workdir=wd)
+    daemon.once()
+    (before,) = journal_of(daemon).read_audit(job_id=old)
+    assert before.kind == "SetSiteFactor" and "experimental" in before.reason
+    for job_id in busy:
+        cluster.release(job_id, wd)
+    cluster.down()
+
+    import shutil
+    import tempfile
+
+    state = Path(tempfile.mkdtemp(prefix="spdd-", dir="/tmp"))
+    state.chmod(0o755)
+    rebuilt = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1)
+    rebuilt.up()
+    try:
+        again = DaemonRunner(rebuilt, daemon.settings, daemon.log)
+        wd2 = rebuilt.workdir()
+        ids = [submit(rebuilt, rebuilt.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
+                      admin_comment=PRODUCTION, workdir=wd2) for _ in range(2)]
+        while max(ids) < old:  # job ids start again from the beginning
+            ids.append(submit(rebuilt, rebuilt.hold_script(), "-p", "research", "-N1",
+                              "--gres=gpu:8", admin_comment=PRODUCTION, workdir=wd2))
+        assert old in ids
+        again.once()
+        after = journal_of(again).read_audit(job_id=old)
+        assert before.id not in {r.id for r in after}
+        assert all("experimental" not in r.reason for r in after)
+        shown = again.cli("log", "--job", str(old)).stdout
+        assert "experimental" not in shown
+        for job_id in ids:
+            rebuilt.release(job_id, wd2)
+    finally:
+        rebuilt.down()
+        shutil.rmtree(state, ignore_errors=True)

@@ -430,3 +430,34 @@ def test_not_enough_preemptible_hosts_is_explained():
     assert not starts(p)
     assert notes(p) == ["no preemption for job 1: even preempting every allowed job frees at "
                         "most 1 host(s) with 8 GPUs in one leaf; it needs 2"]
+
+
+def test_a_resized_beneficiary_or_one_naming_another_reservation_aborts():
+    """Issue 13, finding 2: every way a preemption can no longer help ends it."""
+    from dataclasses import replace
+
+    for change, words in (({"node_count": 2}, "was resized: it asks for 2 node(s), 1 are "
+                                              "held for it"),
+                          ({"reservation": "maint"}, "now asks for reservation maint")):
+        b = one_victim_cluster()
+        intents, _ = started(b)
+        b.jobs = [replace(j, **change) if j.job_id == 1 else j for j in b.jobs]
+        out = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+        (fin,) = [a for a in out.actions if isinstance(a, FinishPreemption)]
+        assert fin.aborted and words in fin.reason
+        assert not [a for a in out.actions if isinstance(a, Requeue)]
+
+
+def test_a_job_slurm_may_not_requeue_is_never_a_victim_and_a_victim_made_so_aborts():
+    from dataclasses import replace
+
+    b = one_victim_cluster()
+    b.jobs = [replace(j, requeue=False) if j.job_id != 1 else j for j in b.jobs]
+    out = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not [a for a in out.actions if isinstance(a, StartPreemption)]
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    b.jobs = [replace(j, requeue=False) if j.job_id != 1 else j for j in b.jobs]
+    out = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 600)
+    (fin,) = [a for a in out.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "may no longer be requeued (Requeue=0)" in fin.reason
