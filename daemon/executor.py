@@ -440,7 +440,7 @@ class Executor:
             self._annotations[a.job_id] = (
                 (_NUMBERS.sub("#", last.reason), last.id, last.at)
                 if last is not None and last.outcome == "noted"
-                and (first is None or last.at >= first - 1.0) else None)
+                and (first is None or last.at >= first) else None)
         held = self._annotations[a.job_id]
         if held is not None and held[0] == key:
             return

@@ -585,11 +585,12 @@ class Journal:
             where.append("jobs like ?")
             args.append(f"%,{int(job_id)},%")
             # Only the history of the job that holds this id now: records from
-            # before its first submission are about another job of that id.
+            # before its first submission are about another job of that id
+            # (Slurm's submit time is whole seconds, never after the true one).
             first = self.job_since(job_id)
             if first is not None:
                 where.append("at >= ?")
-                args.append(first - 1.0)
+                args.append(first)
         if since is not None:
             where.append("at >= ?")
             args.append(since)

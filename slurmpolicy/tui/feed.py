@@ -177,7 +177,7 @@ class Feed:
             rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
                              outcome=r.outcome)
                     for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run
-                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at) - 1.0)]
+                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at))]
         except Exception as exc:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         finally:
