@@ -142,6 +142,7 @@ class Daemon:
         self.lease: Lease | None = None
         self._last_snapshot: Snapshot | None = None
         self._standby_said = ""
+        self._lease_said = ""
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -389,6 +390,7 @@ class Daemon:
             except SlurmUnavailable as exc:
                 return self._finish(self._fail("unavailable",
                                                f"Slurm does not answer: {exc}", started))
+            self._say_lease()
             if not active:
                 return self._finish(self._standby(started))
         try:
@@ -410,6 +412,17 @@ class Daemon:
         self._failures = 0
         result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
         return self._finish(result, snapshot, fabric, now)
+
+    def _say_lease(self) -> None:
+        """Keep the lease's state in the journal for `daemon status` (on change only)."""
+        assert self.lease is not None and self.journal is not None
+        said = self.lease.status.split(",")[0]
+        if said != self._lease_said:
+            self._lease_said = said
+            try:
+                self.journal.set_meta("lease_status", said)
+            except Exception as exc:  # for people only; never fatal
+                log.warning("lease status not written: %s", exc)
 
     def _standby(self, started: float) -> CycleResult:
         """Another daemon holds the lease: change nothing; say so once."""

@@ -228,6 +228,8 @@ def test_two_daemons_on_one_cluster_one_acts_the_other_takes_over(
         wait_for(lambda: "standing by: lease spolicy_lease held by daemon token" in other.logs(),
                  60, "the second daemon standing by")
         assert not acted_on(other, waiting)
+        status = json.loads(other.cli("daemon", "status", "--json").stdout)
+        assert status["lease"].startswith("standing by: lease spolicy_lease held by daemon")
         lease = cluster.slurm_cmd("scontrol", "show", "reservation", "spolicy_lease").stdout
         assert "ReservationName=spolicy_lease" in lease
         # The active daemon dies without a word; the standby takes over.
@@ -236,6 +238,8 @@ def test_two_daemons_on_one_cluster_one_acts_the_other_takes_over(
                       workdir=wd)
         wait_for(lambda: acted_on(other, late), 60, "the standby taking over")
         assert "taking over" in other.logs()
+        status = json.loads(other.cli("daemon", "status", "--json").stdout)
+        assert status["lease"].startswith("active: lease spolicy_lease held")
         # The first comes back: it stands by now.
         daemon.start()
         wait_for(lambda: "standing by: lease spolicy_lease" in daemon.logs(), 60,
