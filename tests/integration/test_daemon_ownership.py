@@ -341,12 +341,12 @@ def test_fabric_and_settings_broken_mid_flight_keep_the_last_good_ones(
     assert_no_job_lost(cluster, [victim, keeper, beneficiary])
 
 
-def test_a_beneficiary_cannot_grow_beyond_the_nodes_held_for_it(
+def test_a_beneficiary_grown_beyond_the_nodes_held_for_it(
         cluster: LiveCluster, daemon: DaemonRunner) -> None:
-    """Resizing the beneficiary: while it names its reservation, Slurm itself
-    refuses a node count the held nodes cannot give, and the preemption goes on
-    (the planner would abort one whose beneficiary outgrew its nodes anyway:
-    tests/unit/test_policy_preemption.py)."""
+    """Resizing the beneficiary beyond its held nodes. Slurm 22.05 refuses it
+    while the job names its reservation ("Node count specification invalid"),
+    and the preemption goes on; Slurm 25.11 accepts it, and the preemption
+    ends, with the reason, before any victim is requeued."""
     wd = cluster.workdir()
     victim = submit(cluster, IGNORING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
                     admin_comment=victim_comment(grace=8), workdir=wd)
@@ -359,12 +359,19 @@ def test_a_beneficiary_cannot_grow_beyond_the_nodes_held_for_it(
     wait_for(lambda: (wd / f"trap.{victim}").exists(), 60, "the checkpoint signal")
     grow = cluster.slurm_cmd("scontrol", "update", f"jobid={beneficiary}", "numtasks=2",
                              "numnodes=2", check=False)
-    assert grow.returncode != 0
-    assert "Node count specification invalid" in grow.stderr + grow.stdout
-    cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
-    assert [p["state"] for p in _preemptions(daemon)] != ["aborted"]
-    cluster.release(keeper, wd)
-    release_requeued(cluster, victim)
+    if grow.returncode != 0:
+        assert "Node count specification invalid" in grow.stderr + grow.stdout
+        cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
+        assert [p["state"] for p in _preemptions(daemon)] != ["aborted"]
+        cluster.release(keeper, wd)
+        release_requeued(cluster, victim)
+    else:
+        pre = wait_for(lambda: [p for p in _preemptions(daemon) if p["state"] == "aborted"],
+                       30, "the preemption aborted")[0]
+        assert str(pre["reason"]).endswith(f"beneficiary {beneficiary} was resized: it asks "
+                                           "for 2 node(s), 1 are held for it")
+        assert restarts(cluster, victim) == 0
+        cluster.release(keeper, wd)
     assert_no_job_lost(cluster, [victim, keeper, beneficiary])
 
 
