@@ -334,7 +334,7 @@ def test_fabric_and_settings_broken_mid_flight_keep_the_last_good_ones(
     cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
     assert restarts(cluster, victim) == 1
     logs = daemon.logs()
-    assert "fabric not reloaded, keeping the last good one" in logs
+    assert "were refused; keeping the last good fabric" in logs
     assert "settings not reloaded, keeping the old ones" in logs
     cluster.release(keeper, wd)
     release_requeued(cluster, victim)
