@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +21,7 @@ from slurmpolicy.directives import (
     schema,
 )
 from slurmpolicy.errors import ConfigError
+from slurmpolicy.pools import Route, request_from_options, route, sbatch_request
 
 
 def _settings(ctx: click.Context, path: str | None = None) -> settings_mod.Settings:
@@ -58,9 +60,13 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
     result = check_script(data, loaded, Context(
         account=account, partition=partition,
         check_account=account is not None, check_partition=partition is not None))
+    routed = _route(loaded, data, result, partition)
     if as_json:
-        click.echo(json.dumps({"script": script, **result.to_dict()}, indent=2))
-        if not result.ok:
+        extra = {"route": None if routed is None else {
+            "partitions": list(routed.partitions), "pool": routed.pool, "text": routed.text,
+            "refused": routed.refused}}
+        click.echo(json.dumps({"script": script, **result.to_dict(), **extra}, indent=2))
+        if not result.ok or (routed is not None and routed.refused):
             ctx.exit(DirectiveErrors.exit_code)
         return
     for note in result.notes:
@@ -70,6 +76,11 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
         for problem in result.problems:
             click.echo(f"{script}: {problem.message}", err=True)
         ctx.exit(DirectiveErrors.exit_code)
+    if routed is not None and routed.refused:
+        click.echo(f"{script}: {routed.refused}", err=True)
+        ctx.exit(DirectiveErrors.exit_code)
+    if routed is not None and routed.text:
+        click.echo(f"pool: {routed.text}")
     if result.admin_comment is None:
         click.echo(f"{script}: no #SPOLICY directives; the job gets the defaults "
                    f"(class {loaded.default_class})")
@@ -81,6 +92,17 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
         click.echo(f"note: job_submit.lua also sets requeue=1; to be warned before the time "
                    f"limit as well, add '#SBATCH --signal=B:{policy.checkpoint.signal}@"
                    f"{max(60, int(policy.checkpoint.grace))}'", err=True)
+
+
+def _route(loaded: settings_mod.Settings, data: bytes, result: Any,
+           partition: str | None) -> Route | None:
+    """Where job_submit.lua's pool routing would send the script (None: no pools)."""
+    if not loaded.pools or not result.ok:
+        return None
+    policy = result.policy
+    request = request_from_options(sbatch_request(data), policy.job_class or loaded.default_class,
+                                   policy.gpu_type, policy.min_gpu_memory_gb, partition)
+    return route(loaded.pools, request)
 
 
 @directives.command("list")
