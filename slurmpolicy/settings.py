@@ -137,6 +137,8 @@ class Fabric(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     fabric_file: str = ""
     #: Per-host `nvidia-smi topo -m` outputs, a glob; empty: none.
     nvidia_smi_topo: str = ""
+    #: Per-host `rocm-smi --showtopo` outputs (AMD), a glob; empty: none.
+    rocm_smi_topo: str = ""
     #: Node features read as domains, e.g. nvl_rack1 -> nvlink domain.
     nvlink_feature_prefix: str = "nvl_"
     leaf_feature_prefix: str = "leaf"

@@ -140,7 +140,7 @@ def parse_topo_matrix(text: str, host: str, path: str = "nvidia-smi topo -m") ->
                              cpu_affinity=affinity.get("CPU Affinity", ""),
                              numa_affinity=affinity.get("NUMA Affinity", "")))
     spec = HostSpec(name=host, gpus=len(gpus), gpu_links=tuple(links),
-                    nics=tuple(nic_names.get(n, n) for n in nics))
+                    nics=tuple(nic_names.get(n, n) for n in nics), gpu_fabric="nvlink")
     spec.origin["gpus"] = path
     if not_nvlinked and len(gpus) > 1:
         spec.origin["nvlink_warning"] = (
