@@ -803,8 +803,14 @@ local function submit(job_desc, part_list, submit_uid)
       slurm.log_user("%s", "slurmpolicy: " .. routed.text)
     end
   end
-  if result.directives > 0 then
+  -- An elastic job (--nodes=MIN-MAX): Slurm reports only the allocated count
+  -- once it runs, so its range is kept with the directives (nodes=MIN-MAX).
+  local range = nil
+  local lo, hi = count_or(job_desc.min_nodes, 0), count_or(job_desc.max_nodes, 0)
+  if lo > 0 and hi > lo then range = "nodes=" .. int(lo) .. "-" .. int(hi) end
+  if result.directives > 0 or range ~= nil then
     job_desc.admin_comment = render(result.fields)
+    if range ~= nil then job_desc.admin_comment = job_desc.admin_comment .. " " .. range end
     local ck = result.fields.checkpoint
     if CONFIG.set_requeue and ck and ck.signal then job_desc.requeue = 1 end
   elseif not is_admin(submit_uid) and sfind(job_desc.admin_comment or "", "spolicy:", 1, true) then

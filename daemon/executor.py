@@ -667,6 +667,27 @@ class Executor:
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"after": state.value, "restart_count": a.restart_count})
+        if status == OK and a.shrink_to is not None and a.shrink_min is not None:
+            self._shrink(a)
+
+    def _shrink(self, a: Requeue) -> None:
+        """An elastic victim, just requeued: restart it smaller (policy/elastic.py).
+
+        Right after the requeue, while Slurm still completes the job: once it is
+        pending again Slurm would keep the size it ran at. Journalled once per
+        restart; a failure leaves the victim evicted at its old size, and says so.
+        """
+        assert self.client is not None and a.shrink_to is not None and a.shrink_min is not None
+        client, lo, hi = self.client, a.shrink_min, a.shrink_to
+        status, msg = self._call(
+            f"shrink:{a.job_id}:{a.restart_count}", "shrink",
+            lambda: client.set_node_count(a.job_id, lo, hi), job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"min_nodes": lo, "max_nodes": hi}, reached=(JobGone,))
+        self._audit(a, "ShrinkElastic",
+                    f"elastic victim {a.job_id} requeued at {lo}-{hi} node(s) instead of its "
+                    "old size", _outcome(status, msg), job_id=a.job_id,
+                    detail={"min_nodes": lo, "max_nodes": hi})
 
     def _reserved(self, pid: str) -> bool:
         p = self.journal.preemption(pid)

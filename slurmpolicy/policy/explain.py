@@ -19,7 +19,7 @@ from slurmpolicy.errors import JobGone
 from slurmpolicy.hostlist import compress
 from slurmpolicy.jobpolicy import JobPolicy, last_checkpoint
 from slurmpolicy.model import Job, Snapshot
-from slurmpolicy.policy import deferral, preemption, priority, reservations
+from slurmpolicy.policy import deferral, elastic, preemption, priority, reservations
 from slurmpolicy.policy.actions import Intents, VictimState
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node
 from slurmpolicy.policy.explanation import Alternative, Explanation
@@ -235,6 +235,9 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     pool_note = pool_line(settings, job, ctx.policy(job), cls.name)
     if pool_note:
         notes.append(pool_note)
+    elastic_note = elastic.running_note(ctx, job) if job.is_running else None
+    if elastic_note:
+        notes.append(elastic_note)
     base = dict(job_id=job.job_id, job_class=cls.name, partition=job.partition,
                 request=request_text(ctx, job), slurm_reason=job.reason,
                 slurm_reason_text=SLURM_REASONS.get(job.reason, job.reason))

@@ -246,6 +246,12 @@ class JsonCliClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._update_job(job_id, "starttime", "now" if begin is None else slurm_time(begin))
 
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        if not 1 <= int(min_nodes) <= int(max_nodes):
+            raise ValueError(f"invalid node range {min_nodes}-{max_nodes}; allowed: "
+                             "1 <= min <= max")
+        self._update_job(job_id, "numnodes", f"{int(min_nodes)}-{int(max_nodes)}")
+
     @staticmethod
     def _reservation_args(spec: ReservationSpec, create: bool) -> list[str]:
         if not spec.name or any(c in spec.name for c in " \t\n=,"):

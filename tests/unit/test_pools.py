@@ -171,3 +171,26 @@ def test_no_pools_no_routing():
 
     (out,) = run_routes(render(Settings()), [RouteCase(SH + b"echo\n", "gres/gpu:1")], "lua5.3")
     assert out.rc == "0" and out.partition is None and out.messages == []
+
+
+@pytest.mark.parametrize("interpreter", interpreters())
+def test_lua_records_a_node_range_as_python_does(interpreter):
+    from slurmpolicy.jobpolicy import with_node_range
+    from slurmpolicy.settings import Settings
+
+    cases = [
+        RouteCase(SH + b"#SPOLICY --checkpoint=signal:USR1,grace=60s\n", "gres/gpu:8",
+                  min_nodes=2, max_nodes=4),
+        RouteCase(SH + b"echo\n", "gres/gpu:8", min_nodes=1, max_nodes=3),
+        RouteCase(SH + b"#SPOLICY --class=research\n", "gres/gpu:8", min_nodes=2, max_nodes=2),
+        RouteCase(SH + b"echo\n", "gres/gpu:8", min_nodes=2),
+    ]
+    outcomes = run_routes(render(Settings()), cases, interpreter)
+    for case, got in zip(cases, outcomes, strict=True):
+        result = check_script(case.script, Settings(), Context(account="vision"))
+        assert case.min_nodes is not None
+        hi = case.max_nodes if case.max_nodes is not None else None
+        assert got.admin == with_node_range(result.admin_comment, case.min_nodes, hi), case
+    assert outcomes[0].admin == "spolicy:v1 ckpt=signal:USR1,grace=60 nodes=2-4"
+    assert outcomes[1].admin == "spolicy:v1 nodes=1-3"
+    assert outcomes[2].admin == "spolicy:v1 class=research" and outcomes[3].admin is None

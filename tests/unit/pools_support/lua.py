@@ -21,12 +21,14 @@ class RouteCase:
     tres_per_job: str | None = None
     min_nodes: int | None = None
     partition: str | None = None
+    max_nodes: int | None = None
 
 
 @dataclass
 class RouteOutcome:
     rc: str
     partition: str | None = None
+    admin: str | None = None
     messages: list[str] = field(default_factory=list)
 
 
@@ -34,7 +36,8 @@ def run_routes(plugin: str, cases: list[RouteCase], interpreter: str) -> list[Ro
     data = bytearray()
     for c in cases:
         cols = [c.tres_per_node or "-", c.tres_per_job or "-",
-                str(c.min_nodes) if c.min_nodes is not None else "-", c.partition or "-",
+                str(c.min_nodes) if c.min_nodes is not None else "-",
+                str(c.max_nodes) if c.max_nodes is not None else "-", c.partition or "-",
                 str(len(c.script))]
         data += "\t".join(cols).encode() + b"\n" + c.script + b"\n"
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,6 +61,8 @@ def run_routes(plugin: str, cases: list[RouteCase], interpreter: str) -> list[Ro
             current.rc = rest
         elif tag == "PARTITION":
             current.partition = None if rest == "nil" else rest
+        elif tag == "ADMIN":
+            current.admin = None if rest == "nil" else rest
         elif tag == "MSG":
             current.messages.append(rest)
         elif tag == "END":
