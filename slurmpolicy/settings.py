@@ -114,6 +114,9 @@ class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True
     max_searches_per_cycle: PositiveInt = 16
     #: Abort a preemption whose beneficiary has not started this long after it began.
     beneficiary_start_timeout: Seconds = 1800.0
+    #: Shrink an elastic victim (--nodes=MIN-MAX, checkpoints) instead of evicting
+    #: it when MIN of its nodes are left (policy/elastic.py).
+    shrink_elastic: bool = True
 
 
 class Window(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):

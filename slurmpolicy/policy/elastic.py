@@ -39,7 +39,7 @@ def shrink_target(ctx: Context, victim: Job, taken: Iterable[str]) -> int | None
     """Nodes ``victim`` keeps when the hosts ``taken`` go to a beneficiary, when it
     can restart on them within its range; None when it must be evicted."""
     rng = node_range(ctx, victim)
-    if rng is None or not victim.nodes:
+    if rng is None or not victim.nodes or not ctx.settings.preemption.shrink_elastic:
         return None
     left = len(set(victim.nodes) - set(taken))
     if left < rng[0] or left >= len(victim.nodes):
