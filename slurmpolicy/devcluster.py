@@ -93,6 +93,42 @@ class NodeGroup:
         return {**dataclasses.asdict(self), "mig": dict(self.mig)}
 
 
+def parse_node_group(text: str) -> NodeGroup:
+    """``prefix=amd,nodes=1,gpus=2,type=mi250,partition=amd`` (also ``mig=1g.10gb:7``,
+    repeatable, ``shards=N``, ``features=a,b``): a NodeGroup, or a one-line error."""
+    allowed = "prefix, nodes, gpus, type, mig=TYPE:N, shards, partition, features"
+    fields: dict[str, object] = {}
+    mig: dict[str, int] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            if "features" in fields:  # features=a,b: the rest are more features
+                fields["features"] = f"{fields['features']},{key}"
+                continue
+            raise DevClusterError(f"node group {text!r}: {part!r} is not KEY=VALUE; "
+                                  f"allowed keys: {allowed}")
+        try:
+            if key in ("nodes", "gpus", "shards"):
+                fields[key] = int(value)
+            elif key == "type":
+                fields["gpu_type"] = value
+            elif key in ("prefix", "partition", "features"):
+                fields[key] = value
+            elif key == "mig":
+                name, _, count = value.rpartition(":")
+                mig[name] = int(count)
+            else:
+                raise DevClusterError(f"node group {text!r}: unknown key {key!r}; "
+                                      f"allowed: {allowed}")
+        except ValueError:
+            raise DevClusterError(f"node group {text!r}: {key}={value!r} is not a whole "
+                                  "number") from None
+    if "prefix" not in fields:
+        raise DevClusterError(f"node group {text!r}: prefix= is missing; allowed: {allowed}")
+    return NodeGroup(mig=mig, **fields)  # type: ignore[arg-type]
+
+
 @dataclasses.dataclass(frozen=True)
 class DaemonStatus:
     """One daemon the dev cluster started: its name, pid (from its pid file) and liveness."""
