@@ -626,6 +626,9 @@ local function why_not(p, r)
   if #p.classes > 0 and not contains(p.classes, r.job_class) then
     return "class " .. r.job_class .. " is not one of its classes (" .. join(p.classes) .. ")"
   end
+  if p.typed_only and not r.gpu_type then
+    return "it takes only jobs that ask for its GPU type or vendor"
+  end
   if r.gpu_type then
     local want = lower(r.gpu_type)
     if contains(VENDORS, want) then

@@ -117,6 +117,8 @@ def why_not(name: str, pool: Pool, req: Request) -> str | None:
     """Why ``pool`` can never run ``req`` (None: it can). Same words as the Lua plugin."""
     if pool.classes and req.job_class not in pool.classes:
         return f"class {req.job_class} is not one of its classes ({', '.join(pool.classes)})"
+    if pool.typed_only and not req.gpu_type:
+        return "it takes only jobs that ask for its GPU type or vendor"
     if req.gpu_type:
         want = req.gpu_type.lower()
         if want in VENDORS:
@@ -327,7 +329,7 @@ def lua_pools(settings: Settings) -> list[dict[str, Any]]:
         "gpu_types": [t.lower() for t in p.gpu_types], "gpu_types_text": ", ".join(p.gpu_types),
         "vendor": pool_vendor(p), "gpus_per_node": p.gpus_per_node, "nodes": p.nodes,
         "capacity": p.capacity, "gpu_memory_gb": p.gpu_memory_gb, "min_gpus": p.min_gpus,
-        "max_gpus": p.max_gpus, "slices": p.slices,
+        "max_gpus": p.max_gpus, "slices": p.slices, "typed_only": p.typed_only,
     } for name, p in settings.pools.items()]
 
 

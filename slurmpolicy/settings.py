@@ -219,6 +219,10 @@ class Pool(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     max_gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
     #: The pool's GPUs are slices (MIG or shards): one job gets at most one.
     slices: bool = False
+    #: Only jobs that name one of its GPU types or its vendor (``--gres=gpu:mi300x:8``,
+    #: ``#SPOLICY --gpu-type=amd``) go there: e.g. another vendor's GPUs, which a
+    #: job that says nothing was most likely not built for.
+    typed_only: bool = False
     description: str = ""
 
     @property

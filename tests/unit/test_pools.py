@@ -29,7 +29,7 @@ POOLS = settings.from_mapping({
         "general": {"partition": "gpu", "gpu_types": ["h100"], "gpus_per_node": 8, "nodes": 4,
                     "gpu_memory_gb": 80, "max_gpus": 15},
         "amd": {"partition": "amd", "gpu_types": ["mi250"], "gpus_per_node": 4, "nodes": 2,
-                "gpu_memory_gb": 64},
+                "gpu_memory_gb": 64, "typed_only": True},
         "mig": {"partition": "mig", "gpu_types": ["1g.10gb"], "gpus_per_node": 7, "nodes": 1,
                 "gpu_memory_gb": 10, "slices": True},
         "shared": {"partition": "shared", "classes": ["experimental"], "gpu_types": ["a100"],
@@ -132,6 +132,27 @@ _case(SH + b"echo\n", "gres/gpu:8", partition="hpc,gpu")
 _case(SH + b"echo\n")
 _case(SH + b"echo\n", "gres/gpu:1g.10gb:1")
 _case(SH + b"#SPOLICY --gpu-type=nvidia\n", "gres/gpu:1")
+_case(SH + b"#SPOLICY --class=experimental\n", "gres/gpu:2", nodes=2)
+
+
+def test_a_typed_only_pool_takes_only_jobs_that_ask_for_it():
+    untyped = route(POOLS.pools, req(gpus=2, nodes=2, gpus_per_node=1, partition="amd"))
+    assert untyped.refused is not None and "it takes only jobs that ask for its GPU type or " \
+        "vendor" in untyped.refused
+    assert route(POOLS.pools, req(gpus=2, nodes=2, gpus_per_node=1)).partitions == ("gpu",)
+    asked = route(POOLS.pools, req(job_class="experimental", gpus=8, nodes=2, gpus_per_node=4,
+                                   gpu_type="mi250"))
+    assert asked.partitions == ("amd",)
+
+
+def test_the_example_pools_load_and_render():
+    from pathlib import Path
+
+    from slurmpolicy.settings import load
+
+    example = load(Path(__file__).resolve().parents[2] / "contrib" / "examples" / "pools.toml")
+    assert list(example.pools) == ["large", "general", "amd", "shared", "slices"]
+    assert '["partition"] = "mig"' in render(example)
 
 
 def _python(case: RouteCase) -> tuple[str, str | None, list[str]]:
