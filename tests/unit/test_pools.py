@@ -215,3 +215,30 @@ def test_lua_records_a_node_range_as_python_does(interpreter):
     assert outcomes[0].admin == "spolicy:v1 ckpt=signal:USR1,grace=60 nodes=2-4"
     assert outcomes[1].admin == "spolicy:v1 nodes=1-3"
     assert outcomes[2].admin == "spolicy:v1 class=research" and outcomes[3].admin is None
+
+
+def test_why_says_where_a_job_is_and_why():
+    from slurmpolicy.pools import describe_job
+
+    routed = describe_job(POOLS, "research", "gpu,mig", 1, 1, 1, None, None)
+    assert routed is not None and routed.startswith("pool: routed to pool general (partition gpu)")
+    kept = describe_job(POOLS, "research", "debug", 8, 1, 8, None, None)
+    assert kept == ("pool: kept its partition debug (not a pool); a job without a partition "
+                    "would be routed to pool general (partition gpu); not large: the job asks "
+                    "8 GPUs; the pool takes at least 16")
+    never = describe_job(POOLS, "research", "amd", 8, 1, 8, "h100", None)
+    assert never is not None and never.startswith("pool: partition amd can never run this job")
+    from slurmpolicy.settings import Settings
+
+    assert describe_job(Settings(), "research", "gpu", 1, 1, 1, None, None) is None
+
+
+def test_explain_carries_the_pool_line():
+    from slurmpolicy.policy import explain
+    from slurmpolicy.policy.actions import Intents
+    from slurmpolicy.policy.scenario import ClusterBuilder
+
+    b = ClusterBuilder(hosts=4, partitions={"hpc": [1, 2, 3, 4], "gpu": [1, 2, 3, 4]})
+    b.pend(7, "a", nodes=4, partition="hpc")
+    exp = explain(b.snapshot(), b.fabric(), POOLS, Intents(), b.now, 7)
+    assert "pool: routed to pool large (partition hpc)" in exp.notes
