@@ -89,3 +89,17 @@ def test_slices_are_not_whole_gpus_for_the_planner():
     ctx = Context(snap, fab, Settings(), Intents(), 0.0)
     assert ctx.free["mig01"] == 1 and ctx.free["gpu01"] == 2
     assert Node(name="x", state="IDLE").shards_by_type == {}
+
+
+def test_daemon_metrics_count_slices_apart():
+    from slurmpolicy.daemon.metrics import snapshot_figures
+    from slurmpolicy.model import Snapshot
+    from slurmpolicy.settings import Settings
+
+    nodes, _ = decode_nodes((CORPUS / "sinfo-22.05-mig-shard-amd.json").read_bytes())
+    snap = Snapshot(taken_at=0.0, slurm_version="22.05.8", cluster_name="t", nodes=tuple(nodes))
+    figures = {(name, tuple(sorted(labels.items()))): value
+               for name, labels, value in snapshot_figures(
+                   snap, Settings(), 0.0, Fabric(merge([spec_from_nodes(nodes)])))}
+    assert figures[("slurmpolicy_gpu_slices", (("state", "all"),))] == 6.0
+    assert figures[("slurmpolicy_gpu_slices", (("state", "free"),))] == 6.0
