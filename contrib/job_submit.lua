@@ -593,10 +593,11 @@ local VENDORS = { "nvidia", "amd", "intel" }
 
 -- (GPUs, type or nil) of a gres request: gpu:h100:8, gres:gpu:8, gres/gpu:mi250:2, gpu.
 local function gpu_request(text)
-  local count, gtype = 0, nil
+  local count, gtype, shards = 0, nil, false
   for entry in gmatch((text or "") .. ",", "([^,]*),") do
     entry = smatch(entry, "^[ \t]*(.-)[ \t]*$")
     local body = smatch(entry, "^gres[:/](.*)$") or entry
+    if body == "shard" or ssub(body, 1, 6) == "shard:" then shards = true end
     local rest = nil
     if body == "gpu" then rest = "" else rest = smatch(body, "^gpu:(.*)$") end
     if rest ~= nil then
@@ -614,6 +615,8 @@ local function gpu_request(text)
       end
     end
   end
+  -- A request of shards only is one slice of type "shard".
+  if count == 0 and shards then return 1, "shard" end
   return count, gtype
 end
 

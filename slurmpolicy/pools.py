@@ -212,15 +212,19 @@ def route(pools: Mapping[str, Pool], req: Request) -> Route:
 # --- requests from #SBATCH lines and GRES strings (mirrored in the Lua plugin) ----
 
 _GPU_ENTRY = re.compile(r"^(?:gres[:/])?gpu(?::([^:,]+))?(?::(\d+))?$")
+_SHARD_ENTRY = re.compile(r"^(?:gres[:/])?shard(?::[^,]*)?$")
 
 
 def gpu_request(text: str | None) -> tuple[int, str | None]:
     """(GPUs, type) of a gres request: ``gpu:h100:8``, ``gres:gpu:8`` (22.05's
-    tres_per_node), ``gres/gpu:mi250:2`` (23.02+), ``gpu`` (one); others ignored."""
+    tres_per_node), ``gres/gpu:mi250:2`` (23.02+), ``gpu`` (one); a request of
+    shards only (``shard:2``) is one slice of type ``shard``; others ignored."""
     count, gtype = 0, None
+    shards = False
     for entry in (text or "").split(","):
         m = _GPU_ENTRY.match(entry.strip())
         if not m:
+            shards = shards or bool(_SHARD_ENTRY.match(entry.strip()))
             continue
         first, second = m.group(1), m.group(2)
         if second is not None:
@@ -231,6 +235,8 @@ def gpu_request(text: str | None) -> tuple[int, str | None]:
         else:
             count += 1
             gtype = first
+    if count == 0 and shards:
+        return 1, "shard"
     return count, gtype
 
 

@@ -30,8 +30,8 @@ POOLS = settings.from_mapping({
                     "gpu_memory_gb": 80, "max_gpus": 15},
         "amd": {"partition": "amd", "gpu_types": ["mi250"], "gpus_per_node": 4, "nodes": 2,
                 "gpu_memory_gb": 64, "typed_only": True},
-        "mig": {"partition": "mig", "gpu_types": ["1g.10gb"], "gpus_per_node": 7, "nodes": 1,
-                "gpu_memory_gb": 10, "slices": True},
+        "mig": {"partition": "mig", "gpu_types": ["1g.10gb", "shard"], "gpus_per_node": 7,
+                "nodes": 1, "gpu_memory_gb": 10, "slices": True},
         "shared": {"partition": "shared", "classes": ["experimental"], "gpu_types": ["a100"],
                    "gpus_per_node": 4, "nodes": 2, "gpu_memory_gb": 40},
     },
@@ -63,6 +63,9 @@ def test_type_vendor_memory_and_class_decide():
                                   min_gpu_memory_gb=40)).partitions == ("gpu",)
     # A typed whole-GPU request never overflows to slices of another type.
     assert route(POOLS.pools, req(gpus=1, gpus_per_node=1, gpu_type="h100")).partitions == ("gpu",)
+    # A job that asks for shards only goes where shards are.
+    assert route(POOLS.pools, req(gpus=1, gpus_per_node=1, gpu_type="shard")).partitions == \
+        ("mig",)
     exp = route(POOLS.pools, req(job_class="experimental", gpus=32, nodes=4, gpus_per_node=8))
     assert exp.refused and "class experimental is not one of its classes" in exp.refused
 
@@ -89,6 +92,8 @@ def test_requests_are_read_as_sbatch_and_slurmctld_write_them():
     assert gpu_request("gres/gpu:2") == (2, None)
     assert gpu_request("gpu:1g.10gb:1,shard:2") == (1, "1g.10gb")
     assert gpu_request("gpu") == (1, None)
+    assert gpu_request("gres/shard:2") == (1, "shard") and gpu_request("shard") == (1, "shard")
+    assert gpu_request("gpu:1,shard:2") == (1, None)
     assert node_range("2-8") == (2, 8) and node_range("4") == (4, 4)
     assert node_range("x") == (1, None)
     opts = sbatch_request(b"#!/bin/bash\n#SBATCH -N 2 --gres=gpu:h100:8\n#SBATCH -p gpu\necho\n"
@@ -133,6 +138,8 @@ _case(SH + b"echo\n")
 _case(SH + b"echo\n", "gres/gpu:1g.10gb:1")
 _case(SH + b"#SPOLICY --gpu-type=nvidia\n", "gres/gpu:1")
 _case(SH + b"#SPOLICY --class=experimental\n", "gres/gpu:2", nodes=2)
+_case(SH + b"echo\n", "gres:shard:2")
+_case(SH + b"echo\n", "gres/gpu:1,gres/shard:1")
 
 
 def test_a_typed_only_pool_takes_only_jobs_that_ask_for_it():
