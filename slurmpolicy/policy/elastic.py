@@ -54,6 +54,18 @@ def describe(ctx: Context, victim: Job, keep: int) -> str:
             f"(its range {low}-{rng[1] if rng else keep}) instead of evicting it")
 
 
+def pending_note(ctx: Context, job: Job) -> str | None:
+    """For ``why`` on a pending job with a node range."""
+    policy = ctx.policy(job)
+    if policy.node_range is None:
+        return None
+    lo, hi = policy.node_range
+    return (f"elastic: it may start on as few as {lo} of its {lo}-{hi} nodes, with what is free"
+            if job.node_count <= lo else
+            f"elastic range {lo}-{hi}: requeued at {job.node_count} node(s), it waits for "
+            "that many")
+
+
 def running_note(ctx: Context, job: Job) -> str | None:
     """For ``why`` on a running job: whether it would be shrunk rather than evicted."""
     policy = ctx.policy(job)

@@ -235,7 +235,8 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     pool_note = pool_line(settings, job, ctx.policy(job), cls.name)
     if pool_note:
         notes.append(pool_note)
-    elastic_note = elastic.running_note(ctx, job) if job.is_running else None
+    elastic_note = (elastic.running_note(ctx, job) if job.is_running else
+                    elastic.pending_note(ctx, job) if job.is_pending else None)
     if elastic_note:
         notes.append(elastic_note)
     base = dict(job_id=job.job_id, job_class=cls.name, partition=job.partition,

@@ -80,6 +80,13 @@ def test_among_equal_victims_the_elastic_one_goes_first():
     assert start.victims == (102,)
 
 
+def test_why_tells_a_pending_elastic_job_it_starts_with_what_is_free():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
+    b.pend(5, "r", nodes=2, admin_comment=elastic(2, 4))
+    exp = explain(b.snapshot(), b.fabric(), Settings(), Intents(), b.now, 5)
+    assert "elastic: it may start on as few as 2 of its 2-4 nodes, with what is free" in exp.notes
+
+
 def test_why_tells_a_running_elastic_job_it_would_be_shrunk():
     b = cluster(elastic(1, 3))
     exp = explain(b.snapshot(), b.fabric(), Settings(), Intents(), b.now, 101)
