@@ -56,6 +56,7 @@ def load_fabric(
     topology_conf: Path | str | None = None,
     fabric_file: Path | str | None = None,
     nvidia_smi_topo: str | None = None,
+    rocm_smi_topo: str | None = None,
 ) -> Fabric:
     """Build the fabric from every source that is configured or present."""
     from slurmpolicy.settings import Fabric as FabricSettings
@@ -92,13 +93,14 @@ def load_fabric(
                 " `nvidia-smi topo -m` outputs named after their host (dgx01.txt)"
             )
         specs.append(read_topo_files(paths))
-    if cfg.rocm_smi_topo:
+    rocm_glob = rocm_smi_topo if rocm_smi_topo is not None else cfg.rocm_smi_topo
+    if rocm_glob:
         from slurmpolicy.topology.rocmsmi import read_showtopo_files
 
-        rocm = [Path(p) for p in sorted(glob.glob(cfg.rocm_smi_topo))]
+        rocm = [Path(p) for p in sorted(glob.glob(rocm_glob))]
         if not rocm:
             raise TopologyError(
-                f"rocm_smi_topo = {cfg.rocm_smi_topo!r} matches no file; expected a glob of"
+                f"rocm_smi_topo = {rocm_glob!r} matches no file; expected a glob of"
                 " `rocm-smi --showtopo` outputs named after their host (mi01.txt)"
             )
         specs.append(read_showtopo_files(rocm))
