@@ -5,8 +5,8 @@ MIG slice when whole GPUs are taken), keeps a partition the job names, refuses
 what no pool can ever run, and ``slurmpolicy why`` says where and why.
 
 Cluster: gpu[01-02] (2 x h100, partitions hpc and gpu besides prod/research),
-amd01 (2 x mi250, partition amd), mig01 (two fake MIG instances 1g.10gb,
-partition mig). Jobs end by release, never scancel.
+amd01 (2 x mi250, partition amd), mig01 (two fake MIG instances 1g.10gb and
+two shards, partition mig). Jobs end by release, never scancel.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ gpu_memory_gb = 64
 
 [pools.mig]
 partition = "mig"
-gpu_types = ["1g.10gb"]
+gpu_types = ["1g.10gb", "shard"]
 gpus_per_node = 2
 nodes = 1
 gpu_memory_gb = 10
@@ -78,7 +78,8 @@ def cluster(devcluster_factory: Callable[..., LiveCluster], site, tmp_path_facto
         nodes=2, gpus_per_node=2, racks=1, job_submit_lua=lua,
         groups=[NodeGroup("amd", gpus=2, gpu_type="mi250", partition="amd",
                           features="mi250,amd"),
-                NodeGroup("mig", mig={"1g.10gb": 2}, partition="mig", features="a100mig")],
+                NodeGroup("mig", mig={"1g.10gb": 2}, shards=2, partition="mig",
+                          features="a100mig")],
         partitions={"hpc": "gpu[01-02]", "gpu": "gpu[01-02]"})
 
 
@@ -164,3 +165,15 @@ def test_named_partitions_are_kept_and_impossible_jobs_refused(cluster: LiveClus
     cluster.wait_state(kept, "RUNNING")
     cluster.release(kept, cluster.workdir("pools"))
     cluster.wait_state(kept, "COMPLETED", timeout=60)
+
+
+def test_a_shard_job_goes_to_the_slices(cluster: LiveCluster) -> None:
+    gres = cluster.node_table()["mig01"]["Gres"]
+    assert "gpu:1g.10gb:2" in gres and "shard:" in gres, gres
+    proc = sbatch(cluster, cluster.hold_script(), "--gres=shard:1")
+    assert "slurmpolicy: routed to pool mig (partition mig)" in proc.stderr, proc.stderr
+    job = job_id(proc)
+    info = cluster.wait_state(job, "RUNNING")
+    assert info["Partition"] == "mig" and info["NodeList"] == "mig01", info
+    cluster.release(job, cluster.workdir("pools"))
+    cluster.wait_state(job, "COMPLETED", timeout=60)
