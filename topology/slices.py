@@ -71,6 +71,21 @@ def slice_profile(gpu_type: str) -> SliceProfile | None:
                         compute=int(m.group("compute")), memory_gb=int(m.group("memory")))
 
 
+def shards_in_gres(text: str) -> dict[str, int]:
+    """Shards by type in a slurm.conf ``Gres=`` value (``gpu:a100:1,shard:8``)."""
+    out: dict[str, int] = {}
+    for entry in text.split(","):
+        parts = entry.strip().split(":")
+        if parts[0] != "shard" or len(parts) > 3:
+            continue
+        count = parts[-1].split("(")[0] if len(parts) > 1 else "1"
+        if not count.isdigit():
+            continue
+        key = parts[1] if len(parts) == 3 else ""
+        out[key] = out.get(key, 0) + int(count)
+    return out
+
+
 def is_slice_type(gpu_type: str) -> bool:
     return slice_profile(gpu_type) is not None
 

@@ -195,14 +195,18 @@ def _host_line(loaded: _Loaded, host: str) -> str:
     fab = loaded.fabric
     gpus = fab.gpus_of(host)
     free = loaded.free.get(host, 0)
-    used = loaded.used.get(host, 0)
+    # Slurm's allocated count includes MIG instances: whole GPUs only here.
+    used = min(loaded.used.get(host, 0), max(0, gpus - free))
     off = max(0, gpus - free - used)
     bar = "[red]" + "#" * used + "[/][green]" + "." * free + "[/][dim]" + "x" * off + "[/]"
     health = fab.host_health(host)
     mark = {Health.OK: "", Health.DEGRADED: " [yellow]degraded link[/]",
             Health.DOWN: " [red]uplink down[/]"}[health]
     kind = fab.gpu_type_of(host) or "gpu"
-    return f"{host} {bar} {free}/{gpus} {kind} free{mark}"
+    slices = fab.slices_of(host)
+    extra = (f" + {loaded.free_slices.get(host, 0)}/{len(slices)} GPU slices free"
+             if slices else "")
+    return f"{host} {bar} {free}/{gpus} {kind} free{extra}{mark}"
 
 
 def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:

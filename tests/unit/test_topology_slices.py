@@ -103,3 +103,26 @@ def test_daemon_metrics_count_slices_apart():
                    snap, Settings(), 0.0, Fabric(merge([spec_from_nodes(nodes)])))}
     assert figures[("slurmpolicy_gpu_slices", (("state", "all"),))] == 6.0
     assert figures[("slurmpolicy_gpu_slices", (("state", "free"),))] == 6.0
+
+
+def test_fabric_show_draws_slices_apart(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from slurmpolicy.cli import cli
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "ClusterName=t\n"
+        f"NodeName=mig01 Gres={LINES[1]} Feature=leaf1\n"
+        "NodeName=gpu01 Gres=gpu:h100:2 Feature=leaf1\n")
+    settings = tmp_path / "s.toml"
+    settings.write_text("")
+    args = ["--config", str(settings), "fabric", "show", "--no-slurm", "--slurm-conf", str(conf)]
+    out = CliRunner().invoke(cli, args, catch_exceptions=False).output
+    assert "mig01" in out and "1/1 a100 free + 6/6 GPU slices free" in out, out
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False).output)
+    assert (data["free_gpus"], data["slices"], data["free_slices"]) == (3, 6, 6)
+    mig = next(h for h in data["hosts"] if h["name"] == "mig01")
+    assert {s["kind"] for s in mig["slices"]} == {"mig", "shard"}
