@@ -10,15 +10,17 @@ Owns the pure rules; preemption and the executor call them.
   for its maximum.
 - *Shrinking*: when a preemption takes some of an elastic victim's nodes and
   at least MIN of them are left, the victim is signalled and requeued as
-  any victim is (its checkpoint is what it restarts from), and the requeue
-  sets its node count to ``MIN-LEFT`` (``scontrol update NumNodes=``), LEFT
-  being the nodes the beneficiary does not take: it restarts at once on
-  those, smaller but within its range, instead of waiting behind the
-  beneficiary for its old size. Slurm forgets the range once a job has run
-  (it reports the allocated count), so the range comes from the
-  ``nodes=MIN-MAX`` that job_submit.lua recorded in the admin_comment.
+  any victim is (its checkpoint is what it restarts from); once Slurm has
+  completed its old run the executor sets its node count to ``MIN-LEFT``
+  (``scontrol update NumNodes=``), LEFT being the nodes the beneficiary does
+  not take, and lifts Slurm's requeue delay (about two minutes, ``StartTime=now``):
+  it restarts at once on those, smaller but within its range. (Slurm keeps a
+  requeued job's range and would restart it with what is free, but only
+  after the delay.) Slurm does not report the range once a job has run (it
+  reports the allocated count), so it comes from the ``nodes=MIN-MAX`` that
+  job_submit.lua recorded in the admin_comment.
 - *Choosing*: among victims that lose the same work, an elastic one that
-  would only shrink is taken first (its restart is not delayed).
+  would only shrink is taken first.
 """
 
 from __future__ import annotations

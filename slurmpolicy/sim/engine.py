@@ -517,15 +517,12 @@ class Simulator:
         an elastic job shrunk restarts on at most ``shrink_to`` nodes."""
         if j.state != RUNNING:
             return
-        if j.spec.min_nodes is not None:
-            if shrink_to is not None:
-                # NumNodes=MIN-LEFT after the requeue (policy/elastic.py).
-                j.cap, j.floor = max(j.spec.min_nodes, shrink_to), j.spec.min_nodes
-                j.shrinks += 1
-            else:
-                # Slurm requeues a job at the size it ran at: the range is gone
-                # (measured on 22.05: NumNodes=MIN-MAX becomes the allocated count).
-                j.cap = j.floor = len(j.alloc)
+        if j.spec.min_nodes is not None and shrink_to is not None:
+            # NumNodes=MIN-LEFT after the requeue (policy/elastic.py). Without it
+            # Slurm keeps the job's range (measured on 22.05) and restarts it with
+            # what is free within it, after its requeue delay.
+            j.cap = max(j.spec.min_nodes, shrink_to)
+            j.shrinks += 1
         p = j.progress(self.now)
         j.lost_work += max(0.0, p - keep)
         j.ckpt = keep

@@ -37,15 +37,23 @@ def story(tmp_path: Path, fail: Exception | None = None) -> tuple[Journal, Resiz
     s1 = snap(job(1, comment="ckpt:1060"), job(3, JobState.PENDING),
               reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
     run(ex, s1, shrink_requeue(), now=1061.0)
-    run(ex, s1, shrink_requeue(), now=1062.0)  # once only
+    assert ("requeue", 1) in rec.calls and not [c for c in rec.calls if c[0] == "set_node_count"]
+    # Slurm still completes it (22.05: COMPLETING): wait; then pending: shrink, once.
+    completing = snap(job(1, JobState.COMPLETED, state_flags=frozenset({"COMPLETING"}),
+                          restart_count=1), job(3, JobState.PENDING))
+    run(ex, completing, now=1062.0)
+    assert not [c for c in rec.calls if c[0] == "set_node_count"]
+    pending = snap(job(1, JobState.PENDING, restart_count=1), job(3, JobState.PENDING))
+    run(ex, pending, now=1066.0)
+    run(ex, pending, now=1071.0)
     return journal, rec
 
 
-def test_the_range_is_set_right_after_the_requeue_once(tmp_path: Path) -> None:
+def test_the_range_is_set_once_the_requeued_job_is_pending(tmp_path: Path) -> None:
     journal, rec = story(tmp_path)
-    at = rec.calls.index(("requeue", 1))
-    assert rec.calls[at + 1] == ("set_node_count", (1, 1, 2))
     assert rec.calls.count(("set_node_count", (1, 1, 2))) == 1
+    at = rec.calls.index(("set_node_count", (1, 1, 2)))
+    assert rec.calls[at + 1] == ("set_begin_time", 1)  # no requeue delay: its old run is over
     shrink = [r for r in journal.read_audit(job_id=1) if r.kind == "ShrinkElastic"]
     assert len(shrink) == 1 and shrink[0].outcome == "ok"
     assert "requeued at 1-2 node(s)" in shrink[0].reason

@@ -44,34 +44,38 @@ def test_an_elastic_job_starts_with_what_is_free_and_runs_slower() -> None:
     assert e.end is not None and e.end >= e.first_start + 3_600 / 0.75 - 1
 
 
-def test_a_preemption_shrinks_an_elastic_job_instead_of_evicting_it() -> None:
-    trace = [job(1, 0, 4, 20_000, cls="experimental", min_nodes=2),
-             job(2, 4_000, 1, 30_000, cls="production")]
-    shrunk = run(trace)
-    evicted = run(trace, msgspec.structs.replace(Settings(), preemption=msgspec.structs.replace(
-        Settings().preemption, shrink_elastic=False)))
+def test_a_preempted_elastic_job_restarts_at_once_smaller_where_a_rigid_one_waits() -> None:
+    elastic = [job(1, 0, 4, 20_000, cls="experimental", min_nodes=2),
+               job(2, 4_000, 1, 30_000, cls="production")]
+    rigid = [replace(elastic[0], min_nodes=None), elastic[1]]
+    shrunk, evicted = run(elastic), run(rigid)
     a, b = shrunk.by_id[1], evicted.by_id[1]
-    assert a.preemptions == b.preemptions == 1
-    assert (a.shrinks, b.shrinks) == (1, 0)
-    # Shrunk: back at once on the 3 hosts left; evicted: it waits for 4 hosts,
+    assert a.preemptions == b.preemptions == 1 and a.runs == b.runs == 2
+    assert a.shrinks == 1 and a.cap == 3  # NumNodes=2-3 after the requeue
+    # Shrunk: back at once on the 3 hosts left; rigid: it waits for 4 hosts,
     # until the production job is done.
-    assert a.runs == b.runs == 2
     assert a.end is not None and b.end is not None and a.end < b.end
     fig = summarize(RAW[id(shrunk)])  # type: ignore[arg-type]
     assert fig["elastic_jobs"] == 1 and fig["elastic_shrinks"] == 1
-    names = [r[0] for r in rows([fig])]
-    assert "elastic jobs shrunk instead of evicted" in names
+    assert "elastic jobs shrunk instead of evicted" in [r[0] for r in rows([fig])]
+
+
+def test_without_the_shrink_slurm_still_restarts_it_within_its_range() -> None:
+    trace = [job(1, 0, 4, 20_000, cls="experimental", min_nodes=2),
+             job(2, 4_000, 1, 30_000, cls="production")]
+    off = run(trace, msgspec.structs.replace(Settings(), preemption=msgspec.structs.replace(
+        Settings().preemption, shrink_elastic=False)))
+    j = off.by_id[1]
+    assert j.preemptions == 1 and j.shrinks == 0 and j.cap == 4 and j.smaller_starts == 1
 
 
 def test_shrinking_costs_speed_for_the_rest_of_the_run() -> None:
     # The job does not grow back: behind a short beneficiary, waiting for the
-    # full size would have finished sooner. The report shows both figures.
-    trace = [job(1, 0, 4, 20_000, cls="experimental", min_nodes=2),
-             job(2, 4_000, 1, 600, cls="production")]
-    shrunk = run(trace)
-    evicted = run(trace, msgspec.structs.replace(Settings(), preemption=msgspec.structs.replace(
-        Settings().preemption, shrink_elastic=False)))
-    a, b = shrunk.by_id[1], evicted.by_id[1]
+    # full size (a rigid job) would have finished sooner. The report shows both.
+    elastic = [job(1, 0, 4, 20_000, cls="experimental", min_nodes=2),
+               job(2, 4_000, 1, 600, cls="production")]
+    rigid = [replace(elastic[0], min_nodes=None), elastic[1]]
+    a, b = run(elastic).by_id[1], run(rigid).by_id[1]
     assert a.end is not None and b.end is not None and a.end > b.end
 
 
