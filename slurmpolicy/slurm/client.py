@@ -42,6 +42,8 @@ class SlurmClient(Protocol):
 
     #: "jsoncli" or "pyslurm", for logs and the inspector.
     name: str
+    #: One line: which adapter and why (set by ``connect``; "" otherwise).
+    adapter_note: str
 
     def snapshot(self) -> Snapshot:
         """One consistent read: jobs, nodes, partitions, reservations."""
@@ -71,6 +73,11 @@ class SlurmClient(Protocol):
 
     def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
         """Set a pending (just requeued) job's node range: an elastic job shrunk."""
+        ...
+
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        """Make a pending job use reservation ``name`` ("" clears it):
+        ``scontrol update jobid=N reservationname=NAME``."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:
