@@ -10,6 +10,7 @@ themselves, never by scancel.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -59,8 +60,8 @@ def cluster_fixture() -> Iterator[LiveCluster]:
 def elastic_script(workdir: Path, steps: int) -> str:
     text = (TRAIN_SH.replace("#SBATCH --requeue\n",
                              "#SBATCH --requeue\n#SBATCH --nodes=1-3\n#SBATCH --gres=gpu:2\n")
-            .replace("#SPOLICY --class=research", "#SPOLICY --class=experimental")
-            .replace("grace=60", "grace=30s"))
+            .replace("#SPOLICY --class=research", "#SPOLICY --class=experimental"))
+    text = re.sub(r"grace=[0-9a-z]+", "grace=30s", text)
     return after_header(text, f"export CKPT_DIR={workdir} STEPS={steps} STEP_SECONDS=1")
 
 
