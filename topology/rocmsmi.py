@@ -84,6 +84,15 @@ def parse_showtopo(text: str, host: str, path: str = "rocm-smi --showtopo") -> H
     columns, links, where = _matrix(sections["link"], path, "Link Type between two GPUs")
     index = {c: k for k, c in enumerate(columns)}
     xgmi: dict[int, dict[int, int]] = {int(c[3:]): {} for c in columns}
+    # PCIe peers get a path code as nvidia-smi's (slurmpolicy.topology.nvsmi.PCIE_RANK):
+    # rocm-smi's hops say 2 for the same CPU socket (NODE), 3 across sockets (SYS);
+    # without a Hops section, SYS (the worst, so never overrated).
+    hops: dict[str, list[str]] = {}
+    if sections.get("hops"):
+        hop_cols, hop_cells, _ = _matrix(sections["hops"], path, "Hops between two GPUs")
+        if hop_cols == columns:
+            hops = hop_cells
+    pcie: dict[int, dict[int, str]] = {int(c[3:]): {} for c in columns}
     for row, cells in links.items():
         for col, cell in zip(columns, cells, strict=True):
             if col != row and cell not in LINK_TYPES:
@@ -103,6 +112,9 @@ def parse_showtopo(text: str, host: str, path: str = "rocm-smi --showtopo") -> H
                                     " matrix")
             if cell == "XGMI":
                 xgmi[int(row[3:])][int(col[3:])] = 1
+            else:
+                hop = hops.get(row, [""] * len(columns))[index[col]]
+                pcie[int(row[3:])][int(col[3:])] = "NODE" if hop in ("1", "2") else "SYS"
     numa: dict[int, str] = {}
     for n, line in sections.get("numa", []):
         m = _NUMA.match(line.strip())
@@ -112,9 +124,10 @@ def parse_showtopo(text: str, host: str, path: str = "rocm-smi --showtopo") -> H
         if m.group(2) == "Node":
             numa[int(m.group(1))] = m.group(3)
     gpus = sorted(xgmi)
-    gpu_links = tuple(GpuLink(index=k, nvlinks=xgmi[k], numa_affinity=numa.get(k, ""))
-                      for k in gpus)
-    spec = HostSpec(name=host, gpus=len(gpus), gpu_links=gpu_links, gpu_fabric="xgmi")
+    gpu_links = tuple(GpuLink(index=k, nvlinks=xgmi[k], numa_affinity=numa.get(k, ""),
+                              pcie=pcie[k]) for k in gpus)
+    spec = HostSpec(name=host, gpus=len(gpus), gpu_links=gpu_links,
+                    gpu_fabric="xgmi" if any(xgmi.values()) else None)
     spec.origin["gpus"] = path
     hives = _hives(gpus, xgmi)
     if len(gpus) > 1 and len(hives) > 1:

@@ -51,6 +51,21 @@ def test_pcie_only_hosts_are_not_one_fabric_domain(name):
     assert "do not form one GPU-fabric domain" in host.origin["nvlink_warning"]
 
 
+def test_xgmi_hosts_are_gpu_fabric_domains_and_pcie_hosts_are_not():
+    from slurmpolicy.topology.spec import FabricSpec
+
+    spec = FabricSpec(source="rocm-smi")
+    spec.hosts["mi01"] = read("mi300x-8gpu-ms-swift.txt", "mi01")
+    spec.hosts["pc01"] = read("pcie-4gpu-rocm-smi-lib-108.txt", "pc01")
+    fab = Fabric(spec)
+    hosts = {h["name"]: h for h in fab.to_dict()["hosts"]}
+    assert (hosts["mi01"]["interconnect"], hosts["mi01"]["nvlink_gpus"]) == ("nvlink", 8)
+    # Hops 3 (across CPU sockets) reads as nvidia-smi's SYS.
+    assert (hosts["pc01"]["interconnect"], hosts["pc01"]["gpu_path"]) == ("pcie", "SYS")
+    assert fab.graph.nodes[("nvlink", "mi01")]["fabric"] == "xgmi"
+    assert "fabric" not in fab.graph.nodes[("nvlink", "pc01")]
+
+
 def test_bad_outputs_name_the_line():
     good = (CORPUS / "mi210-4gpu-archer2.txt").read_text()
     with pytest.raises(TopologyError, match="no 'Link Type between two GPUs' section"):
