@@ -188,6 +188,10 @@ class Executor:
         self._annotations: dict[int | None, tuple[str, int, float] | None] = {}
         #: Refused acks already audited, by (preemption, job, restart, what).
         self._refused_noted: set[tuple[str, int, int, str]] = set()
+        #: Elastic victims requeued to be shrunk (policy/elastic.py): job id ->
+        #: the Requeue. Kept in memory: after a daemon restart the victim simply
+        #: restarts at its old size, as Slurm leaves it.
+        self._shrinks: dict[int, Requeue] = {}
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -402,6 +406,7 @@ class Executor:
         pending = list(actions)
         try:
             self._cleanup_orphans(snapshot)
+            self._shrink_requeued(snapshot)
             while pending and not self.should_stop():
                 action = pending[0]
                 self._one(action, snapshot, now)
@@ -766,9 +771,53 @@ class Executor:
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"after": state.value, "restart_count": a.restart_count})
+        if status == OK and a.shrink_to is not None and a.shrink_min is not None:
+            self._shrinks[a.job_id] = a
         if status == FAILED:
             self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s requeue",
                                          snapshot)
+
+    def _shrink_requeued(self, snapshot: Snapshot) -> None:
+        """Set the node range of elastic victims requeued to be shrunk, once Slurm
+        shows them pending and no longer completing (policy/elastic.py).
+
+        Not during the completion: the update makes the job eligible at once,
+        and Slurm could start it on a node its old run still occupies (the
+        launch then fails). Until then Slurm's requeue delay (BeginTime, about two
+        minutes) holds it back; the shrink lifts it (``StartTime=now``).
+        """
+        for job_id, a in list(self._shrinks.items()):
+            job = snapshot.job(job_id)
+            if job is not None and "COMPLETING" in job.state_flags:
+                continue  # 22.05 shows it COMPLETING, 25.11 PENDING+COMPLETING: wait
+            self._shrinks.pop(job_id)
+            if job is None or not job.is_pending:
+                if job is not None and job.is_running:
+                    self._audit(a, "ShrinkElastic", f"elastic victim {job_id} restarted before"
+                                " it could be shrunk", "skipped: already running",
+                                job_id=job_id)
+                continue
+            self._shrink(a)
+
+    def _shrink(self, a: Requeue) -> None:
+        """An elastic victim, requeued and pending: restart it smaller. Journalled
+        once per restart; a failure leaves it at its old size, and says so."""
+        assert self.client is not None and a.shrink_to is not None and a.shrink_min is not None
+        client, lo, hi = self.client, a.shrink_min, a.shrink_to
+
+        def shrink() -> None:
+            client.set_node_count(a.job_id, lo, hi)
+            # Its old run is over: no need for Slurm's requeue delay (BeginTime).
+            client.set_begin_time(a.job_id, None)
+
+        status, msg = self._call(
+            f"shrink:{a.job_id}:{a.restart_count}", "shrink", shrink, job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"min_nodes": lo, "max_nodes": hi}, reached=(JobGone,))
+        self._audit(a, "ShrinkElastic",
+                    f"elastic victim {a.job_id} requeued at {lo}-{hi} node(s) instead of its "
+                    "old size", _outcome(status, msg), job_id=a.job_id,
+                    detail={"min_nodes": lo, "max_nodes": hi})
 
     def _give_up_after_refusals(self, pid: str, key: str, what: str,
                                 snapshot: Snapshot) -> bool:

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.model import Snapshot
 from slurmpolicy.settings import Settings
+from slurmpolicy.topology.slices import node_free
 
 log = logging.getLogger("slurmpolicy.daemon")
 
@@ -30,11 +31,13 @@ def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
     out: list[Figure] = []
     allocated = idle = unavailable = 0
     free: dict[str, int] = {}
+    free_slices: dict[str, int] = {}
     for node in snapshot.nodes:
         allocated += node.gpus_alloc
         if node.schedulable:
             idle += max(0, node.gpus - node.gpus_alloc)
-            free[node.name] = max(0, node.gpus - node.gpus_alloc)
+            # Whole GPUs and GPU slices (MIG, shards) apart (topology/slices.py).
+            free[node.name], free_slices[node.name] = node_free(node)
         else:
             unavailable += max(0, node.gpus - node.gpus_alloc)
     out += [("slurmpolicy_gpus", {"state": "allocated"}, allocated),
@@ -56,12 +59,15 @@ def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
                     max(values) if values else 0.0))
     if fabric is not None:
         try:
-            frag = fabric.fragmentation(free)
+            frag = fabric.fragmentation(free, free_slices=free_slices)
         except Exception as exc:  # a fabric bug must not stop the daemon's figures
             log.warning("fragmentation not computed: %s", exc)
         else:
             out.append(("slurmpolicy_fragmentation_index", {}, float(frag.index)))
             out.append(("slurmpolicy_stranded_gpus", {}, float(frag.stranded_gpus)))
+            if frag.slices:
+                out.append(("slurmpolicy_gpu_slices", {"state": "free"}, float(frag.free_slices)))
+                out.append(("slurmpolicy_gpu_slices", {"state": "all"}, float(frag.slices)))
     return out
 
 

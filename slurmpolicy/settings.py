@@ -117,6 +117,9 @@ class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True
     max_searches_per_cycle: PositiveInt = 16
     #: Abort a preemption whose beneficiary has not started this long after it began.
     beneficiary_start_timeout: Seconds = 1800.0
+    #: Shrink an elastic victim (--nodes=MIN-MAX, checkpoints) instead of evicting
+    #: it when MIN of its nodes are left (policy/elastic.py).
+    shrink_elastic: bool = True
 
 
 class Window(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -140,6 +143,8 @@ class Fabric(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     fabric_file: str = ""
     #: Per-host `nvidia-smi topo -m` outputs, a glob; empty: none.
     nvidia_smi_topo: str = ""
+    #: Per-host `rocm-smi --showtopo` outputs (AMD), a glob; empty: none.
+    rocm_smi_topo: str = ""
     #: Node features read as domains, e.g. nvl_rack1 -> nvlink domain.
     nvlink_feature_prefix: str = "nvl_"
     leaf_feature_prefix: str = "leaf"
@@ -193,6 +198,45 @@ class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     set_requeue: bool = True
 
 
+class Pool(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A pool: one Slurm partition and the hardware in it (``[pools.NAME]``).
+
+    job_submit.lua routes a job that names no partition to the first pool, in
+    the file's order, that accepts it and can ever run it (:mod:`slurmpolicy.pools`).
+    Hardware fields left at 0 or empty are not checked.
+    """
+
+    #: The Slurm partition of the pool; empty: the pool's own name.
+    partition: str = ""
+    #: Classes the pool takes; empty: every class.
+    classes: tuple[str, ...] = ()
+    #: GPU gres types of its nodes (h100, mi250, 1g.10gb for MIG slices); empty: any.
+    gpu_types: tuple[str, ...] = ()
+    #: GPU vendor of its nodes (nvidia, amd, intel); empty: from the known gpu_types.
+    vendor: str = ""
+    #: GPUs (or GPU slices) per node.
+    gpus_per_node: Annotated[int, msgspec.Meta(ge=0)] = 0
+    #: Nodes in the pool.
+    nodes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    #: Memory of one GPU (or slice) in whole GB.
+    gpu_memory_gb: Annotated[int, msgspec.Meta(ge=0)] = 0
+    #: A job takes this pool only with at least this many GPUs in all.
+    min_gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    #: ... and at most this many (0: no upper bound).
+    max_gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    #: The pool's GPUs are slices (MIG or shards): one job gets at most one.
+    slices: bool = False
+    #: Only jobs that name one of its GPU types or its vendor (``--gres=gpu:mi300x:8``,
+    #: ``#SPOLICY --gpu-type=amd``) go there: e.g. another vendor's GPUs, which a
+    #: job that says nothing was most likely not built for.
+    typed_only: bool = False
+    description: str = ""
+
+    @property
+    def capacity(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
 def _default_classes() -> dict[str, PriorityClass]:
     return {
         "production": PriorityClass(weight=100_000, rank=3, preemptible=False,
@@ -219,6 +263,8 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     daemon: Daemon = msgspec.field(default_factory=Daemon)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
     plugin: Plugin = msgspec.field(default_factory=Plugin)
+    #: Pools in routing order (empty: no routing; jobs go where they say).
+    pools: dict[str, Pool] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.default_class not in self.classes:
@@ -237,6 +283,19 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
                 f"unknown adapter {self.slurm.adapter!r}; allowed: auto, jsoncli, pyslurm"
                 " - at `$.slurm.adapter`"
             )
+
+        for pool_name, pool in self.pools.items():
+            unknown = [c for c in pool.classes if c not in self.classes]
+            if unknown:
+                raise ValueError(
+                    f"pool {pool_name!r} names unknown class(es) {', '.join(unknown)}; allowed: "
+                    f"{', '.join(self.classes)} - at `$.pools.{pool_name}.classes`"
+                )
+            if pool.max_gpus and pool.max_gpus < pool.min_gpus:
+                raise ValueError(
+                    f"pool {pool_name!r}: max_gpus {pool.max_gpus} is below min_gpus "
+                    f"{pool.min_gpus} - at `$.pools.{pool_name}.max_gpus`"
+                )
 
     def class_of(self, name: str | None) -> PriorityClass:
         return self.classes[name or self.default_class]
@@ -277,6 +336,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Setting
 _NAMED_TABLES: tuple[tuple[tuple[str, ...], type[msgspec.Struct]], ...] = (
     (("classes",), PriorityClass),
     (("deferral", "windows"), Window),
+    (("pools",), Pool),
 )
 
 

@@ -24,6 +24,7 @@ from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import Node
 from slurmpolicy.topology import Fabric
 from slurmpolicy.topology.render import render, source_form
+from slurmpolicy.topology.slices import node_free
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Shape
 
 
@@ -37,6 +38,8 @@ class _Loaded:
         self.used = used
         self.live = live
         self.note = note
+        #: Free GPU slices (MIG instances, shards) per host.
+        self.free_slices: dict[str, int] = {}
 
 
 def _source_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,12 +87,17 @@ def _load(ctx: click.Context, topology_conf: str | None, fabric_file: str | None
     )
     if live:
         by_name = {n.name: n for n in nodes}
-        free = {h: by_name[h].gpus_free if h in by_name else 0 for h in fabric.hosts}
+        free = {h: node_free(by_name[h])[0] if h in by_name else 0 for h in fabric.hosts}
+        free_slices = {h: node_free(by_name[h])[1] if h in by_name else 0
+                       for h in fabric.hosts}
         used = {h: by_name[h].gpus_alloc if h in by_name else 0 for h in fabric.hosts}
     else:
         free = {h: fabric.usable_gpus_of(h) for h in fabric.hosts}
         used = {h: 0 for h in fabric.hosts}
-    return _Loaded(fabric, free, used, live, note)
+        free_slices = {h: len(fabric.slices_of(h)) for h in fabric.hosts}
+    loaded = _Loaded(fabric, free, used, live, note)
+    loaded.free_slices = free_slices
+    return loaded
 
 
 def _with_sources(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,13 +130,15 @@ def fabric() -> None:
 def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     """Draw spines, leaves, NVLink domains and hosts with their free/used GPUs."""
     fab = loaded.fabric
-    frag = fab.fragmentation(loaded.free)
+    frag = fab.fragmentation(loaded.free, free_slices=loaded.free_slices)
     if as_json:
         data = fab.to_dict()
         for host in data["hosts"]:
             host["gpus_free"] = loaded.free.get(host["name"], 0)
             host["gpus_used"] = loaded.used.get(host["name"], 0)
         data["free_gpus"] = frag.free_gpus
+        data["slices"] = frag.slices
+        data["free_slices"] = frag.free_slices
         data["fragmentation_index"] = frag.index
         data["summary"] = frag.summary()
         data["live"] = loaded.live
@@ -185,14 +195,18 @@ def _host_line(loaded: _Loaded, host: str) -> str:
     fab = loaded.fabric
     gpus = fab.gpus_of(host)
     free = loaded.free.get(host, 0)
-    used = loaded.used.get(host, 0)
+    # Slurm's allocated count includes MIG instances: whole GPUs only here.
+    used = min(loaded.used.get(host, 0), max(0, gpus - free))
     off = max(0, gpus - free - used)
     bar = "[red]" + "#" * used + "[/][green]" + "." * free + "[/][dim]" + "x" * off + "[/]"
     health = fab.host_health(host)
     mark = {Health.OK: "", Health.DEGRADED: " [yellow]degraded link[/]",
             Health.DOWN: " [red]uplink down[/]"}[health]
     kind = fab.gpu_type_of(host) or "gpu"
-    return f"{host} {bar} {free}/{gpus} {kind} free{mark}"
+    slices = fab.slices_of(host)
+    extra = (f" + {loaded.free_slices.get(host, 0)}/{len(slices)} GPU slices free"
+             if slices else "")
+    return f"{host} {bar} {free}/{gpus} {kind} free{extra}{mark}"
 
 
 def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:

@@ -71,6 +71,10 @@ class SlurmClient(Protocol):
         """Hold a pending job back until ``begin`` (None: release at once)."""
         ...
 
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """Set a pending (just requeued) job's node range: an elastic job shrunk."""
+        ...
+
     def set_job_reservation(self, job_id: int, name: str) -> None:
         """Make a pending job use reservation ``name`` ("" clears it):
         ``scontrol update jobid=N reservationname=NAME``."""

@@ -162,6 +162,13 @@ class SlurmCommands:
     def update_job(self, job_id: int, key: str, value: str) -> None:
         self.run(["scontrol", "update", f"jobid={job_id_arg(job_id)}", f"{key}={value}"])
 
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """``scontrol update jobid=N numnodes=MIN-MAX`` (an elastic job shrunk)."""
+        if not 1 <= int(min_nodes) <= int(max_nodes):
+            raise ValueError(f"invalid node range {min_nodes}-{max_nodes}; allowed: "
+                             "1 <= min <= max")
+        self.update_job(job_id, "numnodes", f"{int(min_nodes)}-{int(max_nodes)}")
+
 
 def reservation_args(spec: ReservationSpec, create: bool) -> list[str]:
     """``scontrol create/update reservation`` arguments; ValueError naming a bad field."""

@@ -357,6 +357,10 @@ class PySlurmClient:
     def set_comment(self, job_id: int, text: str) -> None:
         self._modify(job_id, "comment", comment=text)
 
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        # scontrol's NumNodes=MIN-MAX (slurm/commands.py): Slurm's own parsing.
+        self.cli.set_node_count(_check_id(job_id), min_nodes, max_nodes)
+
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
