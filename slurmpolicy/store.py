@@ -75,6 +75,16 @@ class AuditRecord:
         }
 
 
+def storable(text: str) -> str:
+    """``text`` as SQLite can store it: a lone surrogate (an undecodable byte of a
+    job name, decoded with surrogateescape) is kept as ``\\udcxx``, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def journal_path(state_dir: str | Path) -> Path:
     return Path(state_dir) / FILE_NAME
 
@@ -491,10 +501,10 @@ class Journal:
         """
         concerned = sorted({*(int(j) for j in jobs), *([job_id] if job_id is not None else [])})
         self.db.table("audit").insert({
-            "at": self.now() if at is None else at, "kind": kind, "job_id": job_id,
+            "at": self.now() if at is None else at, "kind": storable(kind), "job_id": job_id,
             "jobs": "," + ",".join(map(str, concerned)) + "," if concerned else "",
-            "reason": reason, "outcome": outcome, "detail": json.dumps(dict(detail or {}),
-                                                                       default=str),
+            "reason": storable(reason), "outcome": storable(outcome),
+            "detail": json.dumps(dict(detail or {}), default=str),
             "dry_run": int(dry_run),
         })
 

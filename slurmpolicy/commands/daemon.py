@@ -19,6 +19,7 @@ import click
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.durations import parse_duration
 from slurmpolicy.errors import SlurmPolicyError
+from slurmpolicy.inert import inert
 
 
 def _settings(ctx: click.Context) -> tuple[settings_mod.Settings, str | None]:
@@ -84,9 +85,13 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
     if state_dir is not None:
         loaded = msgspec.structs.replace(
             loaded, daemon=msgspec.structs.replace(loaded.daemon, state_dir=state_dir))
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO if verbose or not once else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(message)s")
+    from slurmpolicy.inert import InertFormatter
+
+    # One record, one line: job names and Slurm's words in a message are escaped.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InertFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(handlers=[handler],
+                        level=logging.INFO if verbose or not once else logging.WARNING)
     runner = Daemon(loaded, settings_path=path, dry_run=dry_run,
                     serve_metrics=not no_metrics)
     return runner.run(once=once)
@@ -138,8 +143,8 @@ def status(ctx: click.Context, state_dir: str | None, as_json: bool) -> int:
             click.echo("preemptions in flight: none")
         for p in in_flight:
             victims = ", ".join(f"{v['job_id']} ({v['state']})" for v in p["victims"])
-            click.echo(f"preemption {p['preemption_id']} for job {p['beneficiary']}: "
-                       f"{p['state']}; victims {victims}")
+            click.echo(inert(f"preemption {p['preemption_id']} for job {p['beneficiary']}: "
+                             f"{p['state']}; victims {victims}"))
     return 0 if running else 1
 
 
@@ -167,8 +172,9 @@ def log(ctx: click.Context, job_id: int | None, since: str | None, until: str | 
     for r in records:
         job = f"job {r.job_id}" if r.job_id is not None else "-"
         dry = " [dry-run]" if r.dry_run else ""
-        click.echo(f"{_fmt(r.at)}  {r.kind:<18} {job:<10} {r.outcome}{dry}\n"
-                   f"{'':21}{r.reason}")
+        # Reasons and outcomes quote job names and Slurm's words: one line each.
+        click.echo(f"{_fmt(r.at)}  {inert(r.kind):<18} {job:<10} {inert(r.outcome)}{dry}\n"
+                   f"{'':21}{inert(r.reason)}")
 
 
 def summarize(journal: Any, since: float | None, until: float | None) -> dict[str, Any]:
@@ -238,7 +244,7 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
     click.echo(f"  Slurm calls          {data['slurm_calls']:.0f}")
     for kind, count in sorted(data["actions"].items()):
         detail = ", ".join(f"{k} {v}" for k, v in sorted(data["outcomes"][kind].items()))
-        click.echo(f"  {kind:<20} {count} ({detail})")
+        click.echo(inert(f"  {kind:<20} {count} ({detail})"))
     states = ", ".join(f"{k} {v}" for k, v in sorted(data["preemptions_by_state"].items()))
     click.echo(f"  preemptions          {data['preemptions']}" + (f" ({states})" if states else ""))
     click.echo(f"  requeues             {data['requeues']:.0f}")
@@ -248,7 +254,7 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
     click.echo(f"  GPUs allocated/idle  {data['mean_gpus_allocated']:.1f} / "
                f"{data['mean_gpus_idle']:.1f} (mean)")
     for name, value in data["mean_wait_seconds_by_class"].items():
-        click.echo(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean")
+        click.echo(inert(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean"))
 
 
 __all__ = ["daemon", "log", "report"]
