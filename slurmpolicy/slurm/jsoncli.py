@@ -209,6 +209,17 @@ class JsonCliClient:
                               jobs=jobs, nodes=nodes, partitions=partitions,
                               reservations=reservations)
 
+    def private_data(self) -> frozenset[str]:
+        """Slurm's ``PrivateData`` (``jobs``, ``usage`` ...), lower case; empty when none.
+
+        ``scontrol show config`` answers every user; the audit commands use it
+        to show an ordinary user only what squeue would show them.
+        """
+        out = self.run(["scontrol", "show", "config"]).decode("utf-8", "replace")
+        m = re.search(r"^PrivateData\s*=\s*(.*)$", out, re.MULTILINE)
+        words = (w.strip().lower() for w in (m.group(1) if m else "").split(","))
+        return frozenset(w for w in words if w and w != "none")
+
     def _cluster_name(self) -> str:
         # 22.05 names the cluster only inside job records; an empty queue
         # needs one more (small, cached by nobody) call.

@@ -250,6 +250,10 @@ class PySlurmClient:
         with _rpc(f"pyslurm Job({job_id}).modify({what})"):
             pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
 
+    def private_data(self) -> frozenset[str]:
+        """Slurm's PrivateData, as :meth:`JsonCliClient.private_data` reads it."""
+        return self.cli.private_data()
+
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         if int(site_factor) == 0:
             # pyslurm drops a falsy site_factor; scontrol sets it.
