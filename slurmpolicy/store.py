@@ -159,6 +159,11 @@ class Journal:
 
     def _open(self, target: Path, read_only: bool) -> None:
         if read_only:
+            if not os.access(target.parent, os.X_OK) and target.parent.exists():
+                raise JournalError(
+                    f"{target.parent}: permission denied; the state directory is private to"
+                    " the daemon's user (mode 0700): run this as that user or root, or ask"
+                    " an admin", reason="journal_readonly")
             if not target.exists():
                 raise ConfigError(f"{target}: no journal here (has the daemon run?)")
             if not os.access(target, os.R_OK):
@@ -167,6 +172,16 @@ class Journal:
                     " user (mode 0600): run this as that user or root, or ask an admin",
                     reason="journal_readonly")
             conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=10)
+            try:
+                conn.execute("select 1 from sqlite_master limit 1").fetchall()
+            except sqlite3.OperationalError as exc:
+                if "readonly" not in str(exc):
+                    raise
+                # A WAL journal whose directory the reader may not write (no -shm
+                # can be made there): read the file as it stands, without locks.
+                conn.close()
+                conn = sqlite3.connect(f"file:{target}?mode=ro&immutable=1", uri=True,
+                                       timeout=10)
         else:
             try:
                 make_private(target)
@@ -449,6 +464,13 @@ class Journal:
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         self.db.table("site_factors").upsert(
             {"job_id": job_id, "site_factor": site_factor, "set_at": self.now()}, pk="job_id")
+
+    def set_site_factors(self, values: Mapping[int, int]) -> None:
+        """Record many site factors at once (one batched Slurm call's outcome)."""
+        now = self.now()
+        self.db.table("site_factors").upsert_all(
+            [{"job_id": j, "site_factor": v, "set_at": now} for j, v in values.items()],
+            pk="job_id")
 
     def forget_jobs(self, keep: Iterable[int]) -> None:
         """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
