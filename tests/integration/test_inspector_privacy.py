@@ -199,7 +199,8 @@ def test_audit_commands_show_only_what_slurm_shows(private_cluster: Any) -> None
         log = as_user(c, "log", "--state-dir", str(state))
         assert log.returncode == 0, log.stderr
         assert "about my job" in log.stdout
-        assert "hidden" not in log.stdout and str(hidden) not in log.stdout, log.stdout
+        assert "hidden" not in log.stdout and f"job {hidden} " not in log.stdout, log.stdout
+        assert len(log.stdout.splitlines()) == 2  # one record: the user's own
         other = as_user(c, "log", "--job", str(hidden), "--state-dir", str(state))
         assert other.returncode == 0 and f"no actions recorded for job {hidden}" in other.stdout
         report = as_user(c, "report", "--json", "--state-dir", str(state))
