@@ -164,7 +164,7 @@ def test_site_factors_batch_names_many_jobs_and_each_refusal(
     done = devcluster.submit("#!/bin/bash\ntrue\n", workdir=wd)
     devcluster.wait_state(done, "COMPLETED")
     for job in waiting:
-        wait_job(client, job, lambda j: j.reason in ("Resources", "Priority"), "pending")
+        wait_job(client, job, lambda j: j.is_pending, "pending")
     refused = client.set_site_factors([waiting[0], done, waiting[1], BOGUS, waiting[2]], 42000)
     assert set(refused) == {done, BOGUS}, refused
     assert all(isinstance(e, (JobGone, JobAlreadyFinished)) for e in refused.values()), refused
