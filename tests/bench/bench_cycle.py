@@ -105,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state = Path(tempfile.mkdtemp(prefix="spbench-cycle-", dir="/tmp"))
     os.chmod(state, 0o755)
+    prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
     cluster = LiveCluster(state, nodes=args.nodes, gpus_per_node=8, racks=max(1, args.nodes // 4),
-                          cluster_name="bench_cycle")
+                          cluster_name="bench_cycle",
+                          slurm_prefix=Path(prefix) if prefix else None)
     cluster.up()
     d: Daemon | None = None
     try:
