@@ -452,22 +452,25 @@ class Executor:
 
         status, msg = self._call(f"sitefactor:{value}:{ids[0]}:{len(ids)}", "sitefactor", call,
                                  params={"site_factor": value, "jobs": ids})
+        rows = []
+        for a in batch:
+            error = refused.get(a.job_id)
+            if status != OK:
+                outcome = _outcome(status, msg)
+            elif error is None:
+                outcome = "ok"
+            elif isinstance(error, (JobGone, JobAlreadyFinished)):
+                outcome = f"reached: {type(error).__name__}"
+            else:
+                outcome = f"failed: {error.slurm_message or error}"
+            self._report.outcomes[(a.kind, outcome.split(":", 1)[0])] += 1
+            rows.append((a.job_id, a.reason, outcome,
+                         {"site_factor": a.site_factor, "previous": a.previous,
+                          "batch": len(ids)}))
         with self.journal.transaction():
             if status == OK:
                 self.journal.set_site_factors({j: value for j in ids if j not in refused})
-            for a in batch:
-                error = refused.get(a.job_id)
-                if status != OK:
-                    outcome = _outcome(status, msg)
-                elif error is None:
-                    outcome = "ok"
-                elif isinstance(error, (JobGone, JobAlreadyFinished)):
-                    outcome = f"reached: {type(error).__name__}"
-                else:
-                    outcome = f"failed: {error.slurm_message or error}"
-                self._audit(a, a.kind, a.reason, outcome, job_id=a.job_id, quiet=True,
-                            detail={"site_factor": a.site_factor, "previous": a.previous,
-                                    "batch": len(ids)})
+            self.journal.audit_many("SetSiteFactor", rows, dry_run=self.dry_run)
         failed = sum(1 for a in batch if a.job_id in refused) if status == OK else len(ids)
         log.info("SetSiteFactor site_factor=%d jobs=%d call=1 %s%s", value, len(ids),
                  "ok" if status == OK else _outcome(status, msg),

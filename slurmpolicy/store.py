@@ -593,6 +593,21 @@ class Journal:
             "dry_run": int(dry_run),
         })
 
+    def audit_many(self, kind: str, rows: Iterable[tuple[int, str, str, Mapping[str, Any]]],
+                   *, dry_run: bool = False) -> None:
+        """Many records of one kind at once: (job id, reason, outcome, detail) each.
+
+        One statement for a batch of thousands (a batched site-factor call), where
+        :meth:`audit` one by one would cost a millisecond each.
+        """
+        at = self.now()
+        self.db.conn.executemany(
+            "insert into audit (at, kind, job_id, jobs, reason, outcome, detail, dry_run)"
+            " values (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(at, storable(kind), int(job), f",{int(job)},", storable(reason),
+              storable(outcome), json.dumps(dict(detail), default=str), int(dry_run))
+             for job, reason, outcome, detail in rows])
+
     def read_audit(self, *, job_id: int | None = None, since: float | None = None,
                    until: float | None = None, limit: int | None = None) -> list[AuditRecord]:
         if "audit" not in self.db.table_names():

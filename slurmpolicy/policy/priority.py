@@ -134,13 +134,16 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
                 union(part, by_host[node.name])
             else:
                 by_host[node.name] = part
+    first: dict[int, str] = {}
+    for part, jobs in ctx.pending_by_partition.items():
+        find(part)
+        for job in jobs:
+            seen = first.setdefault(job.job_id, part)
+            if seen != part:  # a job asking for several partitions joins them
+                union(seen, part)
     groups: dict[str, list[Job]] = {}
     for job in ctx.pending:
-        parts = ctx.partitions_of(job)
-        for other in parts[1:]:
-            union(parts[0], other)
-    for job in ctx.pending:
-        groups.setdefault(find(ctx.partitions_of(job)[0]), []).append(job)
+        groups.setdefault(find(first.get(job.job_id, "")), []).append(job)
     return list(groups.values())
 
 
