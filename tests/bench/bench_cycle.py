@@ -14,7 +14,11 @@ one cycle with no more than 50 Slurm calls. A benchmark, not a test: it
 prints figures and asserts nothing about them. Run as root:
 
     .venv/bin/python tests/bench/bench_cycle.py [--nodes 16] [--jobs 2000]
-    SLURMPOLICY_TEST_SLURM_PREFIX=/opt/slurm-25.11 .venv/bin/python tests/bench/bench_cycle.py
+    SLURMPOLICY_TEST_SLURM_PREFIX=/opt/slurm-25.11 .venv/bin/python tests/bench/bench_cycle.py \\
+        [--adapter pyslurm]   # with pyslurm 25.11 importable (scripts/build-slurm's wheel)
+
+"Slurm calls" counts the commands run (reads and writes); with pyslurm the
+job, node and reservation reads are in-process calls, not counted.
 """
 
 from __future__ import annotations
@@ -54,15 +58,57 @@ class CountingClient(JsonCliClient):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.commands = 0
-        self.seconds = 0.0
 
     def run(self, argv: Sequence[str], **kw: Any) -> bytes:
         self.commands += 1
+        return super().run(argv, **kw)
+
+
+class Timed:
+    """Any adapter, timing its reads and writes; Slurm commands counted by ``counter``."""
+
+    def __init__(self, inner: Any, counter: CountingClient) -> None:
+        self.inner, self.counter, self.seconds = inner, counter, 0.0
+        self.name = inner.name
+
+    @property
+    def commands(self) -> int:
+        return self.counter.commands
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _timed(self, fn: Any, *args: Any) -> Any:
         started = time.monotonic()
         try:
-            return super().run(argv, **kw)
+            return fn(*args)
         finally:
             self.seconds += time.monotonic() - started
+
+    def snapshot(self) -> Any:
+        return self._timed(self.inner.snapshot)
+
+    def set_site_factors(self, job_ids: Sequence[int], value: int) -> Any:
+        return self._timed(self.inner.set_site_factors, job_ids, value)
+
+    def set_site_factor(self, job_id: int, value: int) -> Any:
+        return self._timed(self.inner.set_site_factor, job_id, value)
+
+
+def make_client(adapter: str, env: dict[str, str]) -> Timed:
+    counter = CountingClient(env=env, timeout=60)
+    if adapter == "jsoncli":
+        return Timed(counter, counter)
+    # pyslurm reads slurm.conf when imported: the cluster's, then.
+    os.environ.update(env)
+    from slurmpolicy.slurm import pyslurm_client
+
+    reason = pyslurm_client.unavailable_reason(env=env)
+    if reason is not None:
+        raise SystemExit(f"bench_cycle: {reason}")
+    client = pyslurm_client.PySlurmClient(env=env)
+    client.cli = counter  # sprio and the version still go through commands
+    return Timed(client, counter)
 
 
 def submit_many(cluster: LiveCluster, count: int, work: Path) -> list[int]:
@@ -78,7 +124,7 @@ def submit_many(cluster: LiveCluster, count: int, work: Path) -> list[int]:
         return list(pool.map(one, range(count)))
 
 
-def cycle(d: Daemon, client: CountingClient) -> dict[str, Any]:
+def cycle(d: Daemon, client: Timed) -> dict[str, Any]:
     before, waited = client.commands, client.seconds
     r = d.cycle()
     report = r.report
@@ -102,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--steady", type=int, default=5, help="steady cycles to time")
+    parser.add_argument("--adapter", choices=("jsoncli", "pyslurm"), default="jsoncli",
+                        help="pyslurm: in-process reads (needs pyslurm built for this Slurm)")
     args = parser.parse_args(argv)
     state = Path(tempfile.mkdtemp(prefix="spbench-cycle-", dir="/tmp"))
     os.chmod(state, 0o755)
@@ -123,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         submit_many(cluster, args.jobs, work)
         major, minor = JsonCliClient(env=cluster.env()).version()
         version = f"{major}.{minor:02d}"
-        print(f"cluster: Slurm {version}, "
+        print(f"cluster: Slurm {version} ({args.adapter} adapter), "
               f"{args.nodes} nodes x 8 GPUs, all busy; {args.jobs} jobs submitted in "
               f"{time.monotonic() - t0:.0f}s")
         settings = settings_mod.from_mapping({
@@ -133,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             "fairshare": {"shares": {"a": 0.4, "b": 0.3, "c": 0.2}},
             "preemption": {"enabled": False},
         })
-        client = CountingClient(env=cluster.env(), timeout=60)
+        client = make_client(args.adapter, cluster.env())
         d = Daemon(settings, client=client, serve_metrics=False)
         d.open()
         print(f"{'cycle':<26}{'result':>7}{'time':>10}{'in Slurm':>10}{'calls':>7}"
