@@ -179,3 +179,15 @@ def test_daemon_log_record_is_one_line(job_name: str, slurm_said: str) -> None:
     # The traceback's lines are marked as such: none can pass for a record.
     assert rest and all(line.startswith("    | ") for line in rest)
     assert all(CONTROL.search(line) is None for line in rest)
+
+
+def test_error_lines_show_quoted_names_inert(tmp_path: Path) -> None:
+    """An error quotes what was wrong (a file name, Slurm's words): escaped too."""
+    import subprocess
+
+    evil = tmp_path / "s\x1b]0;owned\x07\nforged: ok.toml"
+    out = subprocess.run([sys.executable, "-m", "slurmpolicy.cli", "config", "check", str(evil)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "\\x1b]0;owned\\x07\\nforged" in out.stderr
+    assert_inert(out.stderr.rstrip("\n"))
