@@ -216,7 +216,11 @@ class Executor:
         self._report.outcomes[(kind, outcome.split(":", 1)[0])] += 1
         self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
                            detail=detail, dry_run=self.dry_run)
-        if not quiet:
+        if outcome.startswith("failed"):
+            # Slurm refused: one line naming the job and where its story is.
+            log.warning("%s job=%s %s; planned again next cycle (slurmpolicy log --job %s)",
+                        kind, job_id, outcome, job_id)
+        elif not quiet:
             log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
 
     # ----------------------------------------------------------- reconcile
@@ -472,9 +476,12 @@ class Executor:
                 self.journal.set_site_factors({j: value for j in ids if j not in refused})
             self.journal.audit_many("SetSiteFactor", rows, dry_run=self.dry_run)
         failed = sum(1 for a in batch if a.job_id in refused) if status == OK else len(ids)
-        log.info("SetSiteFactor site_factor=%d jobs=%d call=1 %s%s", value, len(ids),
-                 "ok" if status == OK else _outcome(status, msg),
-                 f", {failed} refused" if status == OK and failed else "")
+        refusals = [f"job {j}: {e}" for j, e in refused.items()
+                    if not isinstance(e, (JobGone, JobAlreadyFinished))]
+        (log.warning if status != OK or refusals else log.info)(
+            "SetSiteFactor site_factor=%d jobs=%d call=1 %s%s", value, len(ids),
+            "ok" if status == OK else _outcome(status, msg),
+            f"; {failed} refused ({'; '.join(refusals[:3])})" if refusals else "")
 
     def _do_SetBeginTime(self, a: SetBeginTime, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
