@@ -85,9 +85,12 @@ class Aging(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
 
 class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    #: Emit a new site factor only when it moved by at least this much.
+    #: A new job's site factor is written when it differs from Slurm's by at least
+    #: this much; a known job's only when its order against a competing job whose
+    #: effective priority differs by at least this much is wrong (closer: a tie).
     change_threshold: Annotated[int, msgspec.Meta(ge=0, le=SITE_FACTOR_MAX)] = 50
-    #: At most this many site-factor updates per cycle.
+    #: At most this many jobs get a site factor per cycle (batched: jobs sharing
+    #: a value go in one Slurm call).
     max_updates_per_cycle: PositiveInt = 10_000
     #: Site factor for --checkpoint=none jobs (0 = no penalty).
     no_checkpoint_penalty: Points = 0
