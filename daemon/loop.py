@@ -375,7 +375,10 @@ class Daemon:
     def _in_flight(self) -> int:
         if self.journal is None:
             return 0
-        return len(self.journal.preemptions(open_only=True))
+        try:
+            return len(self.journal.preemptions(open_only=True))
+        except sqlite3.Error:  # the cycle already said what is wrong with the journal
+            return 0
 
     def cycle(self) -> CycleResult:
         """One pass; never raises for Slurm being away (it backs off instead)."""
@@ -453,10 +456,7 @@ class Daemon:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
         if result.reason:
             self._observe_failure(result)
-        try:
-            in_flight = self._in_flight()
-        except sqlite3.Error:
-            in_flight = 0
+        in_flight = self._in_flight()
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
                                              in_flight=in_flight, figures=figures,
