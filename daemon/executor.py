@@ -475,13 +475,12 @@ class Executor:
             if status == OK:
                 self.journal.set_site_factors({j: value for j in ids if j not in refused})
             self.journal.audit_many("SetSiteFactor", rows, dry_run=self.dry_run)
-        failed = sum(1 for a in batch if a.job_id in refused) if status == OK else len(ids)
         refusals = [f"job {j}: {e}" for j, e in refused.items()
                     if not isinstance(e, (JobGone, JobAlreadyFinished))]
         (log.warning if status != OK or refusals else log.info)(
             "SetSiteFactor site_factor=%d jobs=%d call=1 %s%s", value, len(ids),
             "ok" if status == OK else _outcome(status, msg),
-            f"; {failed} refused ({'; '.join(refusals[:3])})" if refusals else "")
+            f"; {len(refusals)} refused ({'; '.join(refusals[:3])})" if refusals else "")
 
     def _do_SetBeginTime(self, a: SetBeginTime, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None

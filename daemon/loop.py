@@ -248,9 +248,8 @@ class Daemon:
                     # A bug in a planner or adapter must not stop the daemon: the
                     # journal is consistent after every step, so back off and retry.
                     log.exception("cycle %d failed unexpectedly", self.cycles)
-                    result = self._fail("error", f"internal error: {exc!r}", time.monotonic(),
-                                        "internal")
-                    self._observe_failure(result)
+                    result = self._finish(self._fail("error", f"internal error: {exc!r}",
+                                                     time.monotonic(), "internal"))
                 self._prune()
                 self.notifier.status(self._status_line(result))
                 if once:
