@@ -1,6 +1,7 @@
 """The daemon's site factors on a real Slurm (issue 13, finding 11): every new job gets
 its standing in one cycle, jobs that share a value go in one ``scontrol update
-jobid=1,2,3 sitefactor=V``, and a cycle whose order holds writes nothing.
+jobid=1,2,3 sitefactor=V``, a cycle whose order holds writes nothing, and a
+fair-share change rewrites only the jobs whose order it changed, in one cycle.
 
 A cluster of its own (2 nodes, both taken), twelve pending jobs of three
 accounts, ``slurmpolicy daemon run --once`` twice; what Slurm holds is read
@@ -54,6 +55,25 @@ def test_new_jobs_get_their_site_factors_in_one_cycle_in_batches(
         daemon.once()
         journal = journal_of(daemon)
         assert len([s for s in journal.steps() if s["kind"] == "sitefactor"]) == len(steps)
+        journal.close()
+        # Account a used the cluster for a week: only its jobs move, in one call, and the
+        # cycle after writes nothing.
+        from slurmpolicy.store import Journal
+
+        state = Journal(daemon.settings.parent / "state")
+        usage, at = state.usage()
+        state.set_usage({**usage, "a": 7 * 86400.0 * 16}, at or 0.0)
+        state.close()
+        daemon.once()
+        journal = journal_of(daemon)
+        after = [s for s in journal.steps() if s["kind"] == "sitefactor"][len(steps):]
+        journal.close()
+        accounts = {j.job_id: j.account for j in snap.jobs}
+        assert len(after) == 1 and {accounts[j] for j in after[0]["params"]["jobs"]} == {"a"}
+        assert len(after[0]["params"]["jobs"]) == 4
+        daemon.once()
+        journal = journal_of(daemon)
+        assert len([s for s in journal.steps() if s["kind"] == "sitefactor"]) == len(steps) + 1
         journal.close()
     finally:
         for job in [*fillers, *pending]:
