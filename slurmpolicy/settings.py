@@ -251,12 +251,14 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
                 " - at `$.slurm.adapter`"
             )
         check_bind(self.metrics.bind)
-        highest = max_site_factor(self)
+        parts = site_factor_parts(self)
+        highest = sum(parts.values())
         if highest > SITE_FACTOR_MAX:
+            largest = max(parts, key=lambda k: parts[k])
             raise ValueError(
                 f"the largest site factor these settings can give is {highest}, beyond Slurm's"
                 f" limit {SITE_FACTOR_MAX}; lower the class weights, fairshare.weight or the"
-                " aging points (points_per_hour x max_age hours) - at `$.classes`"
+                f" aging points (points_per_hour x max_age hours) - at `$.{largest}`"
             )
 
     def class_of(self, name: str | None) -> PriorityClass:
@@ -276,13 +278,22 @@ def check_bind(bind: str) -> None:
         ) from None
 
 
+def site_factor_parts(s: Settings) -> dict[str, int]:
+    """The largest share of a site factor each setting can give, by its key."""
+    hours = s.aging.max_age / 3600.0
+    heaviest = max(s.classes, key=lambda name: s.classes[name].weight, default="")
+    return {
+        f"classes.{heaviest}.weight" if heaviest else "classes":
+            s.classes[heaviest].weight if heaviest else 0,
+        "fairshare.weight": s.fairshare.weight,
+        "aging.points_per_hour": round(hours * s.aging.points_per_hour),
+        "aging.fragmentation_bonus_per_hour": round(hours * s.aging.fragmentation_bonus_per_hour),
+    }
+
+
 def max_site_factor(s: Settings) -> int:
     """The largest site factor the priority rules can compute under ``s``."""
-    hours = s.aging.max_age / 3600.0
-    aging = round(hours * s.aging.points_per_hour) + round(
-        hours * s.aging.fragmentation_bonus_per_hour)
-    weights = max((c.weight for c in s.classes.values()), default=0)
-    return int(weights + s.fairshare.weight + aging)
+    return int(sum(site_factor_parts(s).values()))
 
 
 _DURATION_KEYS = {

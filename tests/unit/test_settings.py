@@ -97,7 +97,8 @@ def test_numbers_are_finite_and_in_their_documented_range(tmp_path, text, path, 
 
 
 def test_site_factor_beyond_slurms_range_is_refused():
-    with pytest.raises(ConfigError, match=r"largest site factor .* 2147483645"):
+    with pytest.raises(ConfigError,
+                       match=r"largest site factor .* 2147483645.*`\$\.classes\.top\.weight`"):
         settings.from_mapping({"classes": {"top": {"weight": 2**31 - 10, "rank": 1}},
                                "default_class": "top"})
     # The defaults stay far inside it.
