@@ -169,11 +169,15 @@ class Feed:
             return Intents(), (), policy_unavailable(str(exc))
         except Exception as exc:  # sqlite3 errors: unreadable, locked, not a database
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
+        seen = {j.job_id for j in snapshot.jobs}
         try:
             intents = journal.load_intents(now=now)
+            # A decision that concerns a job Slurm hides from the caller (a preemption's
+            # beneficiary named in its victim's row) is left out whole, as `log` does.
             rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
                              outcome=r.outcome)
-                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run]
+                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4)
+                    if not r.dry_run and set(getattr(r, "jobs", ())) <= seen]
         except Exception as exc:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         finally:

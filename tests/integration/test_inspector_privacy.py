@@ -106,6 +106,7 @@ def test_ordinary_user_sees_only_what_slurm_shows(private_cluster: Any) -> None:
     journal = Journal(state)
     journal.audit("SetSiteFactor", "about my job", "ok", job_id=mine)
     journal.audit("SetSiteFactor", "about the hidden job", "ok", job_id=hidden)
+    journal.audit("Requeue", "mine, for the hidden one", "ok", job_id=mine, jobs=(hidden,))
     journal.open_preemption("p-hidden", hidden, ["gpu01", "gpu02"], "spolicy_ph",
                             [(mine, 0, 16)], reason="hidden job starving")
     journal.close()
@@ -129,6 +130,7 @@ def test_ordinary_user_sees_only_what_slurm_shows(private_cluster: Any) -> None:
         assert "0 pending  1 running" in top.stdout
         assert "about my job" in top.stdout
         assert "about the hidden job" not in top.stdout
+        assert "for the hidden one" not in top.stdout  # it names a job the user cannot see
         # The preemption for the hidden job shows, since its victim is the user's own
         # job, but not for whom: the beneficiary is hidden.
         assert "Preemptions in flight: 1" in top.stdout
