@@ -82,6 +82,17 @@ def shown_to(record: Any, visible: set[int] | None) -> bool:
     return bool(jobs) and jobs <= visible
 
 
+def private_view(record: Any, visible: set[int]) -> Any:
+    """A record as a user who sees only ``visible`` jobs may read it: other job ids in
+    its words hidden, its detail (ids, names, nodes of other jobs) left out."""
+    from dataclasses import replace
+
+    from slurmpolicy.privacy import redact_jobs
+
+    return replace(record, reason=redact_jobs(record.reason, visible),
+                   outcome=redact_jobs(record.outcome, visible), detail={})
+
+
 def parse_when(text: str | None, now: float | None = None) -> float | None:
     """An epoch from ``2026-12-02T15:00``, ``2026-12-02``, an epoch, or an age (``2h``)."""
     if text is None:
@@ -214,6 +225,8 @@ def log(ctx: click.Context, job_id: int | None, since: str | None, until: str | 
     records = [r for r in records if shown_to(r, visible)]
     if limit is not None:
         records = records[-limit:] if limit > 0 else []
+    if visible is not None:
+        records = [private_view(r, visible) for r in records]
     if as_json:
         for r in records:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))

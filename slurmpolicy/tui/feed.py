@@ -26,6 +26,7 @@ from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.explanation import Explanation
+from slurmpolicy.privacy import redact_jobs
 from slurmpolicy.settings import Settings
 from slurmpolicy.tui.frame import HIDDEN_JOB, Decision, Frame, leaves_from_features
 
@@ -174,8 +175,8 @@ class Feed:
             intents = journal.load_intents(now=now)
             # A decision that concerns a job Slurm hides from the caller (a preemption's
             # beneficiary named in its victim's row) is left out whole, as `log` does.
-            rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
-                             outcome=r.outcome)
+            rows = [Decision(at=r.at, kind=r.kind, reason=redact_jobs(r.reason, seen),
+                             job_id=r.job_id, outcome=redact_jobs(r.outcome, seen))
                     for r in journal.read_audit(limit=DECISIONS_KEPT * 4)
                     if not r.dry_run and set(getattr(r, "jobs", ())) <= seen]
         except Exception as exc:

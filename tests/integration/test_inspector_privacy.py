@@ -179,6 +179,8 @@ def test_audit_commands_show_only_what_slurm_shows(private_cluster: Any) -> None
     journal.audit("SetSiteFactor", "about the hidden job", "ok", job_id=hidden)
     journal.audit("StartPreemption", "hidden job takes my nodes", "ok", job_id=hidden,
                   jobs=(mine,))
+    journal.audit("SignalCheckpoint", f"checkpoint signal USR1 to victim {mine} for job"
+                  f" {hidden} (spolicy_pre_{hidden})", "ok", job_id=mine)
     journal.open_preemption("p-hidden", hidden, ["gpu01"], "spolicy_ph", [(mine, 0, 1)],
                             reason="hidden job starving")
     journal.close()
@@ -201,15 +203,19 @@ def test_audit_commands_show_only_what_slurm_shows(private_cluster: Any) -> None
         log = as_user(c, "log", "--state-dir", str(state))
         assert log.returncode == 0, log.stderr
         assert "about my job" in log.stdout
-        assert "hidden" not in log.stdout and f"job {hidden} " not in log.stdout, log.stdout
-        assert len(log.stdout.splitlines()) == 2  # one record: the user's own
+        assert "hidden job" not in log.stdout and f"job {hidden} " not in log.stdout, log.stdout
+        # The user's own two records; the signal's reason names the hidden beneficiary:
+        # its id is hidden too.
+        assert len(log.stdout.splitlines()) == 4, log.stdout
+        assert f"victim {mine} for job (hidden) (spolicy_pre_(hidden))" in log.stdout
+        assert f"_{hidden}" not in log.stdout
         other = as_user(c, "log", "--job", str(hidden), "--state-dir", str(state))
         assert other.returncode == 0 and f"no actions recorded for job {hidden}" in other.stdout
         report = as_user(c, "report", "--json", "--state-dir", str(state))
         assert report.returncode == 0, report.stderr
         data = json.loads(report.stdout)
         assert data["only_jobs_you_can_see"] is True
-        assert data["actions"] == {"SetSiteFactor": 1}, data
+        assert data["actions"] == {"SetSiteFactor": 1, "SignalCheckpoint": 1}, data
         assert data["preemptions"] == 1  # its victim is the user's own job
 
         # A state directory the daemon's user cannot write: one line naming it.
