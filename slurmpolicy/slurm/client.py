@@ -44,6 +44,8 @@ class SlurmClient(Protocol):
 
     #: "jsoncli" or "pyslurm", for logs and the inspector.
     name: str
+    #: One line: which adapter and why (set by ``connect``; "" otherwise).
+    adapter_note: str
 
     def snapshot(self) -> Snapshot:
         """One consistent read: jobs, nodes, partitions, reservations."""
@@ -76,6 +78,11 @@ class SlurmClient(Protocol):
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        """Make a pending job use reservation ``name`` ("" clears it):
+        ``scontrol update jobid=N reservationname=NAME``."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:

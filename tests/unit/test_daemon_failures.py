@@ -124,7 +124,9 @@ class Client:
 
 
 def _daemon(tmp_path: Path, **kw: object) -> Daemon:
-    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "st"), interval=5),
+    # No lease (lease_ttl 0): these clusters have no node to hold it on.
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "st"), interval=5,
+                                              lease_ttl=0),
                         metrics=Metrics(enabled=False))
     d = Daemon(settings, client=Client(1000.0), planner=lambda *a: Plan(),  # type: ignore[arg-type]
                fabric_loader=lambda s, st: None, clock=lambda: 1000.0, **kw)  # type: ignore[arg-type]
@@ -221,7 +223,7 @@ def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
     from slurmpolicy import settings as settings_mod
 
     path = tmp_path / "s.toml"
-    path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\n'
+    path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\nlease_ttl = 0\n'
                     '[metrics]\nenabled = false\n')
     d = Daemon(settings_mod.load(path), settings_path=str(path), client=Client(1000.0),  # type: ignore[arg-type]
                planner=lambda *a: Plan(), fabric_loader=lambda s, st: None,
