@@ -96,6 +96,23 @@ class Metrics:
                             "GPU-hours of work lost by requeued victims (since their last "
                             "checkpoint)", registry=r)
         self.requeues = Counter("slurmpolicy_requeues", "Victims requeued", registry=r)
+        self.failures = Counter("slurmpolicy_cycle_failures",
+                                "Failed cycles by reason (slurm_unavailable, snapshot_stale,"
+                                " journal_corrupt, journal_readonly, journal_full, journal,"
+                                " fabric, settings, slurm_error, internal)", ["reason"],
+                                registry=r)
+        self.reload_failures = Counter("slurmpolicy_settings_reload_failures",
+                                       "Settings reloads refused (the last good ones stay)",
+                                       registry=r)
+        self.settings_stale = Gauge("slurmpolicy_settings_stale",
+                                    "1 while the settings file was refused at the last reload"
+                                    " and the daemon runs on the last good settings",
+                                    registry=r)
+        self.healthy = Gauge("slurmpolicy_healthy",
+                             "0 once the daemon's own failures stopped the watchdog", registry=r)
+        self.healthy.set(1)
+        #: The reason the last reload was refused; "" when the file's settings are in force.
+        self.settings_error = ""
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None
@@ -111,6 +128,15 @@ class Metrics:
             self.server.shutdown()
             self.server = None
 
+    def settings_refused(self, why: str) -> None:
+        self.reload_failures.inc()
+        self.settings_stale.set(1)
+        self.settings_error = why
+
+    def settings_accepted(self) -> None:
+        self.settings_stale.set(0)
+        self.settings_error = ""
+
     def _gauge(self, name: str, labels: Iterable[str]) -> Gauge:
         gauge = self.gauges.get(name)
         if gauge is None:
@@ -119,9 +145,13 @@ class Metrics:
         return gauge
 
     def observe_cycle(self, *, result: str, seconds: float, report: Any | None,
-                      in_flight: int, figures: list[Figure]) -> list[Figure]:
+                      in_flight: int, figures: list[Figure], failure: str = "") -> list[Figure]:
         """Update the endpoint; return every figure of this cycle, for the history."""
         self.cycles.labels(result=result).inc()
+        if failure:
+            self.failures.labels(reason=failure).inc()
+        if failure:
+            figures = [*figures, ("slurmpolicy_cycle_failures", {"reason": failure}, 1.0)]
         self.cycle_seconds.set(seconds)
         out: list[Figure] = [("slurmpolicy_cycle_seconds", {}, seconds),
                              ("slurmpolicy_preemptions_in_flight", {}, float(in_flight))]
@@ -144,7 +174,10 @@ class Metrics:
                     ("slurmpolicy_preemption_lost_gpu_hours", {},
                      report.lost_gpu_seconds / 3600.0),
                     ("slurmpolicy_requeues", {}, float(len(report.requeued)))]
+        out.append(("slurmpolicy_settings_stale", {}, 1.0 if self.settings_error else 0.0))
         for name, labels, value in figures:
+            if name == "slurmpolicy_cycle_failures":
+                continue  # a counter above, not a gauge
             self._gauge(name, sorted(labels)).labels(**labels).set(value) if labels else \
                 self._gauge(name, ()).set(value)
         out += figures

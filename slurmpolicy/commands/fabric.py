@@ -21,6 +21,7 @@ import click
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
+from slurmpolicy.inert import inert
 from slurmpolicy.model import Node
 from slurmpolicy.topology import Fabric
 from slurmpolicy.topology.render import render, source_form
@@ -159,11 +160,11 @@ def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     leaves = fab.domains(Level.LEAF)
     for spine in sorted(spines):
         s_hosts = spines[spine]
-        s_node = root.add(f"[bold cyan]spine {spine}[/] {_counts(loaded, s_hosts)}")
+        s_node = root.add(f"[bold cyan]spine {_shown(spine)}[/] {_counts(loaded, s_hosts)}")
         leaf_names = sorted({fab.domain_of(h, Level.LEAF) for h in s_hosts})
         for leaf in leaf_names:
             l_hosts = leaves[leaf]
-            l_node = s_node.add(f"[cyan]leaf {leaf}[/] {_counts(loaded, l_hosts)}")
+            l_node = s_node.add(f"[cyan]leaf {_shown(leaf)}[/] {_counts(loaded, l_hosts)}")
             if not with_hosts:
                 continue
             if multi_nv:
@@ -171,7 +172,8 @@ def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
                 for h in l_hosts:
                     groups.setdefault(fab.domain_of(h, Level.NVLINK), []).append(h)
                 for nv, hosts in sorted(groups.items()):
-                    n_node = l_node.add(f"[magenta]NVLink {nv}[/] {_counts(loaded, hosts)}")
+                    n_node = l_node.add(
+                        f"[magenta]NVLink {_shown(nv)}[/] {_counts(loaded, hosts)}")
                     for h in hosts:
                         n_node.add(_host_line(loaded, h))
             else:
@@ -206,17 +208,24 @@ def _host_line(loaded: _Loaded, host: str) -> str:
     slices = fab.slices_of(host)
     extra = (f" + {loaded.free_slices.get(host, 0)}/{len(slices)} GPU slices free"
              if slices else "")
-    return f"{host} {bar} {free}/{gpus} {kind} free{extra}{mark}"
+    return f"{_shown(host)} {bar} {free}/{gpus} {_shown(kind)} free{extra}{mark}"
 
 
 def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:
     fab = loaded.fabric
     for conflict in fab.conflicts:
-        out(f"[red]conflict:[/] {conflict.message}")
+        out(f"[red]conflict:[/] {_shown(conflict.message)}")
     for warning in fab.warnings:
-        out(f"[yellow]warning:[/] {warning}")
+        out(f"[yellow]warning:[/] {_shown(warning)}")
     if loaded.note:
-        out(f"[dim]{loaded.note}[/]")
+        out(f"[dim]{_shown(loaded.note)}[/]")
+
+
+def _shown(text: object) -> str:
+    """A name from Slurm or a fabric file inside markup: controls escaped, no markup."""
+    from rich.markup import escape
+
+    return escape(inert(text))
 
 
 # --------------------------------------------------------------------- check
@@ -240,18 +249,18 @@ def check(loaded: _Loaded, as_json: bool) -> None:
                "interconnect": {k: compress(v) for k, v in sorted(kinds.items())},
                "conflicts": [c.message for c in fab.conflicts], "warnings": fab.warnings})
     else:
-        click.echo(f"sources: {fab.source}")
-        click.echo(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
-                   + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
-                               for k, v in counts.items()))
+        click.echo(inert(f"sources: {fab.source}"))
+        click.echo(inert(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
+                         + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
+                                     for k, v in counts.items())))
         words = {"nvlink": "GPUs NVLinked all to all", "partial": "GPUs partly NVLinked",
                  "pcie": "PCIe only, no NVLink"}
         for kind, hosts in sorted(kinds.items()):
-            click.echo(f"{compress(hosts)}: {words[kind]}")
+            click.echo(inert(f"{compress(hosts)}: {words[kind]}"))
         for warning in fab.warnings:
-            click.echo(f"warning: {warning}")
+            click.echo(inert(f"warning: {warning}"))
         for conflict in fab.conflicts:
-            click.echo(f"conflict: {conflict.message}")
+            click.echo(inert(f"conflict: {conflict.message}"))
         click.echo(status)
     if fab.conflicts:
         click.get_current_context().exit(1)
@@ -311,9 +320,9 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
                    "best_hosts_in_one_domain": result.best_hosts_in_one_domain,
                    "note": loaded.note})
         else:
-            click.echo(f"no placement: {result.reason}")
+            click.echo(inert(f"no placement: {result.reason}"))
             if loaded.note:
-                click.echo(loaded.note)
+                click.echo(inert(loaded.note))
         click.get_current_context().exit(1)
     spans = {lv.name.lower(): n for lv, n in result.spans.items()}
     if as_json:
@@ -323,10 +332,10 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
     else:
         word = {Level.NVLINK: "NVLink domain"}.get(result.level, result.level.name.lower())
         where = loaded.fabric.domain_of(result.hosts[0], result.level)
-        click.echo(f"{compress(result.hosts)}: within one {word} ({where}); spans "
-                   + ", ".join(f"{n} {k}" for k, n in spans.items()
-                               if k in ("nvlink", "leaf", "spine"))
-                   + f"; cost {result.cost:g}" + ("; uses a degraded link" if result.degraded
-                                                  else ""))
+        click.echo(inert(f"{compress(result.hosts)}: within one {word} ({where}); spans "
+                         + ", ".join(f"{n} {k}" for k, n in spans.items()
+                                     if k in ("nvlink", "leaf", "spine"))
+                         + f"; cost {result.cost:g}"
+                         + ("; uses a degraded link" if result.degraded else "")))
         if loaded.note:
-            click.echo(loaded.note)
+            click.echo(inert(loaded.note))

@@ -10,9 +10,11 @@ means the goal is reached, and the executor treats it so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slurmpolicy.errors import SlurmError
 from slurmpolicy.model import Snapshot
 
 SignalTarget = Literal["batch", "all"]
@@ -51,6 +53,13 @@ class SlurmClient(Protocol):
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         """Set the job's site factor (never its frozen ``priority``)."""
+        ...
+
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """Set one site factor on many jobs, in as few Slurm calls as the adapter can
+        (``scontrol update jobid=1,2,3 sitefactor=V`` is one). Returns the jobs Slurm
+        refused, each with its error (JobGone for a job that left); raises
+        SlurmUnavailable when Slurm did not answer at all."""
         ...
 
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:

@@ -159,6 +159,17 @@ class SlurmCommands:
         m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
         return m.group(1) if m else ""
 
+    def private_data(self) -> frozenset[str]:
+        """Slurm's ``PrivateData`` (``jobs``, ``usage`` ...), lower case; empty when none.
+
+        ``scontrol show config`` answers every user; the audit commands use it
+        to show an ordinary user only what squeue would show them.
+        """
+        out = self.run(["scontrol", "show", "config"]).decode("utf-8", "replace")
+        m = re.search(r"^PrivateData\s*=\s*(.*)$", out, re.MULTILINE)
+        words = (w.strip().lower() for w in (m.group(1) if m else "").split(","))
+        return frozenset(w for w in words if w and w != "none")
+
     def update_job(self, job_id: int, key: str, value: str) -> None:
         self.run(["scontrol", "update", f"jobid={job_id_arg(job_id)}", f"{key}={value}"])
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import re
 import signal as _signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
-from slurmpolicy.errors import ReservationError, SlurmError
+from slurmpolicy.errors import ReservationError, SlurmError, SlurmUnavailable
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
@@ -327,6 +327,22 @@ class PySlurmClient:
 
         with _rpc(f"pyslurm Job({job_id}).modify({what})"):
             pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
+
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """In-process: one update per job, no process to start for any of them."""
+        failed: dict[int, SlurmError] = {}
+        for job_id in job_ids:
+            try:
+                self.set_site_factor(job_id, site_factor)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:
+                failed[job_id] = exc
+        return failed
+
+    def private_data(self) -> frozenset[str]:
+        """Slurm's PrivateData, as :meth:`JsonCliClient.private_data` reads it."""
+        return self.cli.private_data()
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         if int(site_factor) == 0:
