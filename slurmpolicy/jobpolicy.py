@@ -6,7 +6,7 @@ change::
 
     spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
         topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
-        defer=night,deadline=86400
+        defer=night,deadline=86400 retry=3
 
 Tokens are separated by single spaces, values never contain spaces, durations
 are whole seconds. Keys absent mean "not said" and take the defaults below.
@@ -65,6 +65,8 @@ class JobPolicy:
     defer_window: str | None = None
     #: Seconds after submission by which a deferred job must be released.
     defer_deadline: float | None = None
+    #: Retries after failures not of the job's own making (``--retry``); None: not said.
+    retries: int | None = None
     #: False when the admin_comment carried our prefix but could not be read.
     readable: bool = True
 
@@ -127,6 +129,10 @@ def parse_admin_comment(text: str) -> JobPolicy:
                     if name != "deadline":
                         raise ValueError(value)
                     fields["defer_deadline"] = _seconds(deadline)
+            elif key == "retry":
+                if not value.isdigit():
+                    raise ValueError(value)
+                fields["retries"] = int(value)
             # Unknown keys come from a newer plugin: ignore them.
     except ValueError:
         return JobPolicy(readable=False)
@@ -185,6 +191,8 @@ def render_admin_comment(policy: JobPolicy) -> str:
         if policy.defer_deadline is not None:
             text += f",deadline={_num(policy.defer_deadline)}"
         tokens.append(text)
+    if policy.retries is not None:
+        tokens.append(f"retry={policy.retries}")
     return " ".join(tokens)
 
 
