@@ -33,6 +33,7 @@ from typing import Any
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
+from slurmpolicy.daemon.lifecycle import Lifecycle
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
@@ -124,6 +125,7 @@ class Daemon:
         self.metrics = Metrics()
         self.journal: Journal | None = None
         self.executor: Executor | None = None
+        self.lifecycle: Lifecycle | None = None
         self.fabric: Any = None
         self._fabric_key: tuple[Any, ...] | None = None
         self._stop = threading.Event()
@@ -163,6 +165,8 @@ class Daemon:
             self.executor = Executor(self.client, self.journal, self.settings,
                                      dry_run=self.dry_run, clock=self.clock)
             self.executor.should_stop = self._stop.is_set
+            if not self.dry_run:
+                self.lifecycle = Lifecycle(self.executor, self.settings)
             if self.serve_metrics and self.settings.metrics.enabled:
                 try:
                     self.metrics.serve(self.settings.metrics.bind, self.settings.metrics.port)
@@ -228,6 +232,8 @@ class Daemon:
         self._last_prune = now
         try:
             self.journal.prune(self.clock() - self.settings.daemon.keep_history)
+            if self.lifecycle is not None:
+                self.lifecycle.prune(self.clock())
         except Exception as exc:  # pruning is housekeeping; never fatal
             log.warning("journal not pruned: %s", exc)
 
@@ -296,6 +302,8 @@ class Daemon:
             self.settings = fresh
             if self.executor is not None:
                 self.executor.settings = fresh
+            if self.lifecycle is not None:
+                self.lifecycle.settings = fresh
             log.info("settings reloaded from %s", self.settings_path or "default path")
         self.notifier.send("READY=1")
 
@@ -336,6 +344,9 @@ class Daemon:
                 f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
         try:
             report = self.executor.reconcile(snapshot, now)
+            if self.lifecycle is not None:
+                # Job ends, timelines, retries and node health (docs/lifecycle.md).
+                self.lifecycle.observe(snapshot, now)
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)

@@ -10,6 +10,7 @@ means the goal is reached, and the executor treats it so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -67,6 +68,14 @@ class SlurmClient(Protocol):
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """Keep a pending job off ``nodes`` (``ExcNodeList``; empty clears it)."""
+        ...
+
+    def drain_node(self, node: str, reason: str) -> None:
+        """``scontrol update nodename=N state=DRAIN reason=...``: no new jobs on it."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:

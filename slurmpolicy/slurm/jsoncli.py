@@ -246,6 +246,16 @@ class JsonCliClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._update_job(job_id, "starttime", "now" if begin is None else slurm_time(begin))
 
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        self._update_job(job_id, "excnodelist", compress(_node_names(nodes)) if nodes else "")
+
+    def drain_node(self, node: str, reason: str) -> None:
+        (name,) = _node_names([node])
+        text = " ".join(reason.split())
+        if not text:
+            raise ValueError("a drain needs a reason; allowed: any non-blank text")
+        self.run(["scontrol", "update", f"nodename={name}", "state=DRAIN", f"reason={text}"])
+
     @staticmethod
     def _reservation_args(spec: ReservationSpec, create: bool) -> list[str]:
         if not spec.name or any(c in spec.name for c in " \t\n=,"):
@@ -279,6 +289,18 @@ class JsonCliClient:
 
     def delete_reservation(self, name: str) -> None:
         self.run(["scontrol", "delete", f"reservationname={name}"], error=ReservationError)
+
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+
+def _node_names(nodes: Sequence[str]) -> list[str]:
+    """Node names as Slurm prints them; anything else is refused before any call."""
+    names = list(nodes)
+    for name in names:
+        if not _NODE_NAME.fullmatch(name):
+            raise ValueError(f"invalid node name {name!r}; allowed: letters, digits, _ . -")
+    return names
 
 
 def classify(message: str, command: str, default: type[SlurmError] = SlurmError) -> SlurmError:

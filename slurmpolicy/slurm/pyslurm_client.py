@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
@@ -281,6 +281,13 @@ class PySlurmClient:
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
+
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        # Through scontrol: one well-tested path for a rare call.
+        self.cli.set_excluded_nodes(job_id, nodes)
+
+    def drain_node(self, node: str, reason: str) -> None:
+        self.cli.drain_node(node, reason)
 
     @staticmethod
     def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
