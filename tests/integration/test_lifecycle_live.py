@@ -1,0 +1,157 @@
+"""A job's whole life on a real Slurm, driven by `slurmpolicy daemon run`:
+a node fails under a checkpointing job (its slurmd and the job's processes
+are killed, as a crashed host would lose them) and the job resumes elsewhere
+from its checkpoint, once; a job failing by itself is not retried; a node on
+which jobs of different users fail is drained with the evidence, and a second
+one over the share limit is not.
+
+Each test has a 2-node x 8-GPU cluster of its own (the `cluster` fixture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from slurmpolicy.devcluster import _children_map, _descendants, _proc_cmdline
+
+from .daemon_support import (
+    DaemonRunner,
+    cluster_fixture,  # noqa: F401 - the `cluster` fixture
+    journal_of,
+    restarts,
+    submit,
+    train_script,
+    wait_for,
+    write_settings,
+)
+from .slurmtools import LiveCluster
+
+pytestmark = pytest.mark.slurm
+
+CKPT = "spolicy:v1 class=research ckpt=signal:USR1,grace=30 retry=1"
+
+
+def _daemon(cluster: LiveCluster, **sections: dict[str, object]) -> DaemonRunner:
+    home = Path(cluster.state_dir) / "sp"
+    home.mkdir(exist_ok=True)
+    settings = write_settings(home / "slurmpolicy.toml", home / "state",
+                              lifecycle={"backoff": 1, "max_backoff": 2, **sections.pop(
+                                  "lifecycle", {})}, **sections)
+    return DaemonRunner(cluster, settings, home / "daemon.log")
+
+
+def _crash_node(cluster: LiveCluster, node: str, job_id: int) -> None:
+    """SIGKILL the node's slurmd and the job's step daemons with their processes:
+    what the controller sees when a host dies (we started them all)."""
+    pid = int(Path(cluster.slurmd_pid_file(node)).read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    children = _children_map()
+    for stepd in cluster._stepd_pids():
+        if f"[{job_id}." in _proc_cmdline(stepd):
+            for victim in [*_descendants(stepd, children), stepd]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+
+
+def test_job_resumes_elsewhere_from_its_checkpoint_after_a_node_failure(
+        cluster: LiveCluster) -> None:
+    daemon = _daemon(cluster)
+    wd = cluster.workdir()
+    script = train_script(wd, steps=40, step_seconds=0.5).replace(
+        "CKPT_EVERY=${CKPT_EVERY:-0}", "CKPT_EVERY=${CKPT_EVERY:-5}")
+    job = submit(cluster, script, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
+                 admin_comment=CKPT, workdir=wd)
+    first = cluster.wait_state(job, "RUNNING", timeout=60)["NodeList"]
+    daemon.start()
+    try:
+        ckpt = wd / f"ckpt.{job}"
+        wait_for(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 10, 60,
+                 "a checkpoint at step 10")
+        _crash_node(cluster, first, job)
+        saved = int(ckpt.read_text())
+        # Slurm notices the dead node (SlurmdTimeout) and requeues the job by itself;
+        # the daemon keeps it off that node and shortens the back-off.
+        info = wait_for(lambda: (i := cluster.scontrol_show_job(job)).get("JobState") in
+                        ("RUNNING", "COMPLETED") and i, 240, "the job running again")
+        assert info["NodeList"] != first
+        assert info["ExcNodeList"] == first
+        cluster.wait_state(job, "COMPLETED", timeout=120)
+        out = cluster.read_file(wd / f"slurm-{job}.out", contains="finished")
+        assert f"resumed {job} at step {saved} (restart 1)" in out
+        assert restarts(cluster, job) == 1  # once: the daemon did not requeue it again
+        wait_for(lambda: (journal_of(daemon).read_audit(job_id=job)), 30, "the audit")
+        retries = [r for r in journal_of(daemon).read_audit(job_id=job) if r.kind == "Retry"]
+        assert [r.outcome for r in retries] == ["ok"]
+        assert first in retries[0].reason and "Slurm had requeued it" in retries[0].reason
+        assert retries[0].detail["suspects"] == [first]
+        history = wait_for(lambda: "completed" in (h := daemon.cli(
+            "why", str(job), "--history").stdout) and h, 60, "the end in the timeline")
+        kinds = [e["kind"] for e in json.loads(
+            daemon.cli("why", str(job), "--history", "--json").stdout)["events"]]
+        assert kinds.index("run") < kinds.index("checkpoint") < kinds.index("requeue") \
+            < kinds.index("retry") < len(kinds) - 1 - kinds[::-1].index("run")
+        assert "retry 1 of 1" in history
+    finally:
+        daemon.stop()
+
+
+def test_job_failing_by_itself_is_not_retried(cluster: LiveCluster) -> None:
+    daemon = _daemon(cluster)
+    wd = cluster.workdir()
+    job = submit(cluster, "#!/bin/bash\nsleep 2\nexit 3\n", "-N1", "--gres=gpu:1",
+                 "--requeue", admin_comment=CKPT, workdir=wd)
+    daemon.start()
+    try:
+        cluster.wait_state(job, "FAILED", timeout=60)
+        history = wait_for(lambda: "its own exit code 3" in (h := daemon.cli(
+            "why", str(job), "--history").stdout) and h, 60, "the end in the timeline")
+        assert "not retried" in history
+        assert restarts(cluster, job) == 0
+        assert cluster.job_state(job) == "FAILED"
+        assert not [r for r in journal_of(daemon).read_audit(job_id=job) if r.kind == "Retry"]
+    finally:
+        daemon.stop()
+
+
+def test_flaky_node_is_drained_with_evidence_within_the_share_limit(
+        cluster: LiveCluster) -> None:
+    daemon = _daemon(cluster, lifecycle={"hardware_exit_codes": [75]},
+                     node_health={"drain": True, "min_failures": 3, "min_users": 2,
+                                  "max_drained_share": 0.5})
+    wd = cluster.workdir()
+    daemon.start()
+    try:
+        def fail_on(node: str) -> list[int]:
+            jobs = []
+            for user in ("spuser", "root", "spuser"):
+                jobs.append(cluster.submit("#!/bin/bash\nexit 75\n", user=user,
+                                           extra_args=["-w", node, "--gres=gpu:1"],
+                                           workdir=wd))
+            for j in jobs:
+                cluster.wait_state(j, "FAILED", timeout=60)
+            return jobs
+
+        bad = fail_on("gpu01")
+        node = wait_for(lambda: "DRAIN" in (n := cluster.node_table()["gpu01"])["State"] and n,
+                        60, "gpu01 drained")
+        assert node["Reason"].startswith("spolicy: 3 failed job(s) of 2 user(s)")
+        assert ",".join(map(str, bad)) in node["Reason"] and "hardware" in node["Reason"]
+        nodes_view = daemon.cli("nodes").stdout
+        assert "gpu01" in nodes_view and "3 failed" in nodes_view
+        # The second flaky node would take the drained share over half the cluster.
+        second = fail_on("gpu02")
+        held = wait_for(lambda: [r for r in journal_of(daemon).read_audit()
+                                 if r.kind == "DrainNode" and r.outcome == "held back"],
+                        60, "a drain held back")
+        assert "share limit" in held[0].reason and str(second[0]) in held[0].reason
+        assert "DRAIN" not in cluster.node_table()["gpu02"]["State"]
+        suspect = daemon.cli("nodes").stdout
+        assert "share limit" in suspect
+    finally:
+        daemon.stop()
