@@ -44,6 +44,7 @@ from slurmpolicy.policy.lifecycle import (
     RunEnd,
     classify,
     decide_retry,
+    life_figures,
     suspicion,
 )
 from slurmpolicy.settings import Settings
@@ -141,13 +142,6 @@ class Lifecycle:
             if job.is_pending:
                 self._event(job.job_id, submitted, "submit", "submitted")
         prev_state = row["state"]
-        since = float(row["last_seen"] or now)
-        gap = max(0.0, now - since)
-        if prev_state == "PENDING":
-            row["pending_seconds"] = float(row["pending_seconds"] or 0) + gap
-        elif prev_state == "RUNNING":
-            row["running_seconds"] = float(row["running_seconds"] or 0) + gap
-            row["gpu_seconds"] = float(row["gpu_seconds"] or 0) + gap * (row["gpus"] or 0)
         row["last_seen"] = now
         end: RunEnd | None = None
         prev_nodes = tuple(json.loads(row["nodes"] or "[]"))
@@ -159,6 +153,8 @@ class Lifecycle:
             end = RunEnd(job.job_id, job.user, job.state.value, job.nodes or prev_nodes,
                          job.exit_code, job.exit_signal, job.start_time,
                          job.end_time or now, job.restart_count)
+            if prev_state == "RUNNING":
+                self._run_time(row, job.end_time or now)
             self.store.close_open(job.job_id, "run", job.end_time or now)
             self.store.close_open(job.job_id, "wait", job.end_time or now)
         elif job.state.is_finished and prev_state == "":
@@ -168,6 +164,9 @@ class Lifecycle:
                          job.restart_count)
         if job.is_running and prev_state != "RUNNING":
             started = job.start_time or now
+            waited_from = row["interrupted_at"] or job.submit_time or row["first_seen"]
+            row["pending_seconds"] = (float(row["pending_seconds"] or 0)
+                                      + max(0.0, started - float(waited_from or started)))
             self.store.close_open(job.job_id, "wait", started)
             row["runs"] = int(row["runs"] or 0) + 1
             row["start_time"] = started
@@ -224,6 +223,7 @@ class Lifecycle:
             "select 1 from victims where job_id = ? and restart_count = ? and state = 'requeued'",
             [job.job_id, rc])))
         self.store.close_open(job.job_id, "run", now)
+        self._run_time(row, now)
         row["interrupted_at"] = now
         if row["last_ckpt"] is not None and row["start_time"] is not None:
             since = max(float(row["last_ckpt"]), float(row["start_time"]))
@@ -238,6 +238,15 @@ class Lifecycle:
         return RunEnd(job.job_id, job.user, "PENDING", nodes, None, None,
                       row["start_time"], now, rc, requeued_by_slurm=not preempted,
                       preempted_by_us=preempted)
+
+    @staticmethod
+    def _run_time(row: dict[str, Any], ended: float) -> None:
+        """Add the run that just ended to the job's running time and GPU-seconds."""
+        if row["start_time"] is None:
+            return
+        ran = max(0.0, ended - float(row["start_time"]))
+        row["running_seconds"] = float(row["running_seconds"] or 0) + ran
+        row["gpu_seconds"] = float(row["gpu_seconds"] or 0) + ran * (row["gpus"] or 0)
 
     def _left_unseen(self, job_id: int, row: dict[str, Any], now: float) -> None:
         """The job is gone from Slurm's memory and the daemon did not see it end."""
@@ -377,6 +386,18 @@ class Lifecycle:
             self.executor._audit(None, "DrainNode", s.evidence,
                                  "ok" if status in (OK, REACHED) else f"failed: {message}",
                                  jobs=s.jobs, detail={"node": s.node, "users": s.users})
+
+    def figures(self, now: float, window: float = 86400.0) -> list[tuple[str, dict[str, str],
+                                                                         float]]:
+        """Lifecycle figures of the jobs that ended in the last ``window``, by class
+        and account (``slurmpolicy_job_*``; docs/lifecycle.md)."""
+        rows = self.store.ended_with_checkpoints(now - window)
+        out: list[tuple[str, dict[str, str], float]] = []
+        for (klass, account), values in life_figures(rows).items():
+            for name, value in sorted(values.items()):
+                out.append((f"slurmpolicy_job_{name}", {"class": klass, "account": account},
+                            value))
+        return out
 
     def prune(self, now: float) -> None:
         self.store.prune(now, self.settings.lifecycle.keep_timelines,

@@ -376,6 +376,11 @@ class Daemon:
         figures = []
         if snapshot is not None:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+            if self.lifecycle is not None:
+                try:
+                    figures += self.lifecycle.figures(now or self.clock())
+                except Exception as exc:  # figures must never stop the policy
+                    log.error("lifecycle figures not computed: %s", exc)
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
                                              in_flight=self._in_flight(), figures=figures)

@@ -105,6 +105,24 @@ class LifeStore:
             args.append(ended_since)
         return [dict(r) for r in self.db.query(sql + " order by job_id", args)]
 
+    def ended_with_checkpoints(self, since: float,
+                               until: float | None = None) -> list[dict[str, Any]]:
+        """Jobs that ended in [since, until), each with ``signals`` and ``acks``:
+        the checkpoint signals slurmpolicy sent it and those it acknowledged."""
+        if not self._has("life_jobs"):
+            return []
+        has_victims = self._has("victims")
+        extra = (", (select count(*) from victims v where v.job_id = j.job_id and"
+                 " v.signalled_at is not null) as signals, (select count(*) from victims v"
+                 " where v.job_id = j.job_id and v.acked_at is not null) as acks"
+                 if has_victims else ", 0 as signals, 0 as acks")
+        sql = f"select j.*{extra} from life_jobs j where j.ended_at >= ?"
+        args: list[Any] = [since]
+        if until is not None:
+            sql += " and j.ended_at < ?"
+            args.append(until)
+        return [dict(r) for r in self.db.query(sql, args)]
+
     def put_job(self, job_id: int, values: Mapping[str, Any]) -> None:
         row = {"job_id": job_id, **values}
         self.db.table("life_jobs").upsert(row, pk="job_id", alter=False)

@@ -308,3 +308,64 @@ def suspicion(failures: Iterable[NodeFailure], nodes: Sequence[Node], settings: 
         usable[kind] -= 1
         out.append(Suspicion(name, jobs, users, evidence, True))
     return out
+
+
+# ------------------------------------------------------------------- figures
+
+#: Figure names, by what they measure (docs/lifecycle.md lists them).
+LIFE_FIGURES = (
+    "startup_success_ratio", "abnormal_exit_ratio", "checkpoint_success_ratio",
+    "recovery_seconds_mean", "retries_per_job", "queueing_share_mean",
+    "gpu_hours_finished", "gpu_hours_allocated", "jobs_ended",
+)
+
+
+def _f(row: Mapping[str, object], key: str) -> float:
+    value = row.get(key)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def life_figures(rows: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], dict[str, float]]:
+    """Lifecycle figures of ended jobs, by (class, account).
+
+    ``rows`` are the journal's per-job records (``life_jobs``) plus ``signals``
+    and ``acks`` (checkpoint signals sent to the job, acknowledged ones).
+    A ratio with nothing to divide is left out rather than shown as 0 or 1.
+    """
+    groups: dict[tuple[str, str], list[Mapping[str, object]]] = {}
+    for row in rows:
+        key = (str(row.get("job_class") or "?"), str(row.get("account") or "?"))
+        groups.setdefault(key, []).append(row)
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key, jobs in sorted(groups.items()):
+        runs = sum(_f(r, "runs") for r in jobs)
+        failed_starts = sum(_f(r, "failed_starts") for r in jobs)
+        abnormal = sum(1 for r in jobs if r.get("cause") and Cause(str(r["cause"])).abnormal)
+        signals = sum(_f(r, "signals") for r in jobs)
+        acks = sum(_f(r, "acks") for r in jobs)
+        recoveries = sum(_f(r, "recoveries") for r in jobs)
+        shares = []
+        for r in jobs:
+            life = _f(r, "ended_at") - _f(r, "submit_time")
+            if r.get("submit_time") and life > 0:
+                shares.append(min(1.0, _f(r, "pending_seconds") / life))
+        finished = sum(max(0.0, _f(r, "gpu_seconds") - _f(r, "lost_gpu_seconds"))
+                       for r in jobs if r.get("cause") == Cause.COMPLETED.value)
+        figures: dict[str, float] = {
+            "jobs_ended": float(len(jobs)),
+            "abnormal_exit_ratio": abnormal / len(jobs),
+            "retries_per_job": sum(_f(r, "retries") for r in jobs) / len(jobs),
+            "gpu_hours_finished": finished / 3600.0,
+            "gpu_hours_allocated": sum(_f(r, "gpu_seconds") for r in jobs) / 3600.0,
+        }
+        if runs:
+            figures["startup_success_ratio"] = 1.0 - failed_starts / runs
+        if signals:
+            figures["checkpoint_success_ratio"] = min(1.0, acks / signals)
+        if recoveries:
+            figures["recovery_seconds_mean"] = sum(
+                _f(r, "recovery_seconds") for r in jobs) / recoveries
+        if shares:
+            figures["queueing_share_mean"] = sum(shares) / len(shares)
+        out[key] = figures
+    return out

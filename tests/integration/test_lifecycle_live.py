@@ -77,8 +77,9 @@ def test_job_resumes_elsewhere_from_its_checkpoint_after_a_node_failure(
         saved = int(ckpt.read_text())
         # Slurm notices the dead node (SlurmdTimeout) and requeues the job by itself;
         # the daemon keeps it off that node and shortens the back-off.
-        info = wait_for(lambda: (i := cluster.scontrol_show_job(job)).get("JobState") in
-                        ("RUNNING", "COMPLETED") and i, 240, "the job running again")
+        info = wait_for(lambda: (i := cluster.scontrol_show_job(job)).get("Restarts") == "1"
+                        and i.get("JobState") in ("RUNNING", "COMPLETED") and i, 240,
+                        "the job running again")
         assert info["NodeList"] != first
         assert info["ExcNodeList"] == first
         cluster.wait_state(job, "COMPLETED", timeout=120)
