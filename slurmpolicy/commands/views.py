@@ -179,7 +179,8 @@ def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
             s = suspects.get(n.name)
             row["suspicion"] = None if s is None else {
                 "jobs": list(s.jobs), "users": s.users, "evidence": s.evidence,
-                "drain": s.drain, "held_back": s.held_back}
+                "drain": s.drain, "held_back": s.held_back,
+                "out_of_service": s.out_of_service}
             out.append(row)
         click.echo(json.dumps({"taken_at": snap.taken_at, "cluster": snap.cluster_name,
                                "slurm_version": snap.slurm_version, "nodes": out}, indent=2))
@@ -213,6 +214,8 @@ def _health(s: Any) -> str:
     if s is None:
         return ""
     text = f"{len(s.jobs)} failed job(s), {s.users} user(s)"
+    if s.out_of_service:
+        return text + ": out of service"
     if s.drain:
         return text + ": drain due"
     if s.held_back:

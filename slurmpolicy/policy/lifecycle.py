@@ -225,10 +225,12 @@ class Suspicion:
     drain: bool
     #: Why a node over the threshold is not drained (share limit, last of its kind).
     held_back: str = ""
+    #: The node is out of service already (drained, down): Slurm's words.
+    out_of_service: str = ""
 
     @property
     def over_threshold(self) -> bool:
-        return self.drain or bool(self.held_back)
+        return self.drain or bool(self.held_back) or bool(self.out_of_service)
 
 
 def hardware_kind(node: Node) -> tuple[tuple[str, ...], int]:
@@ -284,9 +286,9 @@ def suspicion(failures: Iterable[NodeFailure], nodes: Sequence[Node], settings: 
             out.append(Suspicion(name, jobs, users, evidence, False))
             continue
         if drained_by_us(node, settings) or not node.schedulable:
-            out.append(Suspicion(name, jobs, users, evidence, False,
-                                 "already out of service: "
-                                 + (node.reason or "+".join(sorted(node.flags)) or node.state)))
+            out.append(Suspicion(name, jobs, users, evidence, False, out_of_service=(
+                "+".join([node.state, *sorted(node.flags)])
+                + (f" ({node.reason})" if node.reason else ""))))
             continue
         if not health.drain:
             out.append(Suspicion(name, jobs, users, evidence, False,
@@ -347,7 +349,7 @@ def life_figures(rows: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], 
         shares = []
         for r in jobs:
             life = _f(r, "ended_at") - _f(r, "submit_time")
-            if r.get("submit_time") and life > 0:
+            if r.get("submit_time") is not None and life > 0:
                 shares.append(min(1.0, _f(r, "pending_seconds") / life))
         finished = sum(max(0.0, _f(r, "gpu_seconds") - _f(r, "lost_gpu_seconds"))
                        for r in jobs if r.get("cause") == Cause.COMPLETED.value)

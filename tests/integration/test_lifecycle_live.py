@@ -156,3 +156,52 @@ def test_flaky_node_is_drained_with_evidence_within_the_share_limit(
         assert "share limit" in suspect
     finally:
         daemon.stop()
+
+
+def test_timeline_of_a_job_that_waited_ran_was_preempted_and_finished(
+        cluster: LiveCluster) -> None:
+    from .daemon_support import release_requeued, submit_beneficiary
+
+    daemon = _daemon(cluster)
+    wd = cluster.workdir()
+    daemon.start()
+    try:
+        # A job that waits behind a full cluster first: the daemon sees it pending.
+        blocker = submit(cluster, cluster.hold_script(), "-N2", "--gres=gpu:8", workdir=wd)
+        cluster.wait_state(blocker, "RUNNING")
+        late = [submit(cluster, train_script(wd, 20), "-p", "research", "-N1", "--gres=gpu:8",
+                       "--requeue", admin_comment="spolicy:v1 class=experimental "
+                       "ckpt=signal:USR1,grace=30", workdir=wd) for _ in range(2)]
+        wait_for(lambda: all("wait" in daemon.cli("why", str(j), "--history",
+                                                  check=False).stdout for j in late),
+                 60, "the waits in the timelines")
+        cluster.release(blocker, wd)
+        for j in late:
+            cluster.wait_state(j, "RUNNING", timeout=60)
+        beneficiary = submit_beneficiary(cluster, wd, seconds=3)
+        victim = wait_for(lambda: next((v for v in late if restarts(cluster, v) == 1), None),
+                          120, "a preempted victim")
+        release_requeued(cluster, victim)
+        cluster.wait_state(beneficiary, "COMPLETED", timeout=120)
+        cluster.wait_state(victim, "COMPLETED", timeout=120)
+        data = wait_for(lambda: (d := json.loads(daemon.cli(
+            "why", str(victim), "--history", "--json").stdout))["job"]["end_state"]
+            == "COMPLETED" and d, 60, "the end in the timeline")
+        life = [(e["kind"], e["text"]) for e in data["events"] if e["kind"] != "action"]
+        kinds = [k for k, _ in life if k != "checkpoint"]
+        assert kinds[:3] == ["submit", "wait", "run"], life
+        assert kinds[3:5] == ["requeue", "wait"], life
+        assert "preemption" in life[[k for k, _ in life].index("requeue")][1]
+        assert kinds[-2:] == ["run", "end"], life
+        waits = [e for e in data["events"] if e["kind"] == "wait"]
+        assert all(e["until"] is not None and e["until"] >= e["at"] for e in waits)
+        assert "preempted" in waits[-1]["text"]
+        actions = [e["text"] for e in data["events"] if e["kind"] == "action"]
+        assert any(a.startswith("SignalCheckpoint") for a in actions)
+        assert any(a.startswith("Requeue") for a in actions)
+        times = [e["at"] for e in data["events"]]
+        assert times == sorted(times)
+        text = daemon.cli("why", str(victim), "--history").stdout
+        assert f"Job {victim} (COMPLETED)" in text and "2 run(s)" in text
+    finally:
+        daemon.stop()

@@ -140,3 +140,35 @@ def test_drain_off_only_shows_suspicion():
     quiet = settings_mod.from_mapping({"node_health": {"min_failures": 2, "min_users": 2}})
     got = suspicion(fails("a", ["u1", "u2"]), [node("a"), node("b")], quiet, NOW)
     assert not got[0].drain and "draining is off" in got[0].held_back
+
+
+def test_life_figures_by_class_and_account():
+    from slurmpolicy.policy.lifecycle import life_figures
+
+    base = {"job_class": "research", "account": "vision", "submit_time": 0.0,
+            "ended_at": 1000.0, "gpus": 8}
+    rows = [
+        # Waited 100 s, ran twice (one recovery of 50 s after a node failure), finished.
+        {**base, "runs": 2, "failed_starts": 0, "retries": 1, "pending_seconds": 100.0,
+         "gpu_seconds": 7200.0, "lost_gpu_seconds": 720.0, "cause": "completed",
+         "recoveries": 1, "recovery_seconds": 50.0, "signals": 1, "acks": 1},
+        # Failed at start-up by its own exit code, after waiting 300 s of its 1000.
+        {**base, "runs": 1, "failed_starts": 1, "retries": 0, "pending_seconds": 300.0,
+         "gpu_seconds": 3600.0, "lost_gpu_seconds": 0.0, "cause": "exit",
+         "recoveries": 0, "recovery_seconds": 0.0, "signals": 1, "acks": 0},
+        {**base, "account": "nlp", "runs": 1, "cause": "completed", "gpu_seconds": 360.0,
+         "pending_seconds": 0.0},
+    ]
+    got = life_figures(rows)
+    vision = got[("research", "vision")]
+    assert vision["jobs_ended"] == 2
+    assert vision["startup_success_ratio"] == pytest.approx(1 - 1 / 3)
+    assert vision["abnormal_exit_ratio"] == 0.5
+    assert vision["checkpoint_success_ratio"] == 0.5
+    assert vision["recovery_seconds_mean"] == 50.0
+    assert vision["retries_per_job"] == 0.5
+    assert vision["queueing_share_mean"] == pytest.approx((0.1 + 0.3) / 2)
+    assert vision["gpu_hours_finished"] == pytest.approx((7200 - 720) / 3600)
+    assert vision["gpu_hours_allocated"] == pytest.approx(3.0)
+    nlp = got[("research", "nlp")]
+    assert "checkpoint_success_ratio" not in nlp and "recovery_seconds_mean" not in nlp
