@@ -75,7 +75,28 @@ def why_json(frame: Any, exp: Any) -> dict[str, Any]:
     return data
 
 
-def history_data(ctx: click.Context, job_id: str, journal: str | None) -> dict[str, Any]:
+def _may_see(ctx: click.Context, job_id: int, row: dict[str, Any] | None,
+             from_dir: str | None) -> bool:
+    """The journal never reveals a job Slurm would not show: root sees every
+    history, a user their own jobs' (finished ones too), and others' only while
+    Slurm shows them to the caller (PrivateData decides)."""
+    import os
+    import pwd
+
+    if os.geteuid() == 0:
+        return True
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = ""
+    if row is not None and me and row.get("user") == me:
+        return True
+    frame = _feed(ctx, from_dir, None).read()
+    return frame.snapshot.job(job_id) is not None
+
+
+def history_data(ctx: click.Context, job_id: str, journal: str | None,
+                 from_dir: str | None = None) -> dict[str, Any]:
     """The job's life as the daemon journalled it: its row, its timeline and actions."""
     from slurmpolicy.lifestore import LifeStore
     from slurmpolicy.store import Journal
@@ -102,6 +123,8 @@ def history_data(ctx: click.Context, job_id: str, journal: str | None) -> dict[s
     if row is None and not events:
         raise JobGone(f"job {target} has no history in the journal (the daemon never saw it, "
                       "or its timeline expired: lifecycle.keep_timelines)")
+    if not _may_see(ctx, target, row, from_dir):
+        raise JobGone(f"job {target} is not yours and not in the queue Slurm shows you")
     events.sort(key=lambda e: (e["at"], e["kind"] == "action"))
     return {"job_id": target, "job": row, "events": events}
 
@@ -153,7 +176,7 @@ def why(ctx: click.Context, job_id: str, as_json: bool, history: bool, from_dir:
     if history:
         import time as _time
 
-        data = history_data(ctx, job_id, journal)
+        data = history_data(ctx, job_id, journal, from_dir)
         if as_json:
             click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
         else:
