@@ -193,7 +193,8 @@ def test_timeline_of_a_job_that_waited_ran_was_preempted_and_finished(
         kinds = [k for i, (k, _) in enumerate(life) if k != "checkpoint"
                  and not (k == "wait" and i and life[i - 1][0] == "wait")]
         assert kinds[:3] == ["submit", "wait", "run"], life
-        assert kinds[3:5] == ["requeue", "wait"], life
+        assert kinds[3:5] == ["requeue", "wait"], [(e["at"], e["kind"], e["text"])
+                                                   for e in data["events"]]
         assert "preemption" in life[[k for k, _ in life].index("requeue")][1]
         assert kinds[-2:] == ["run", "end"], life
         waits = [e for e in data["events"] if e["kind"] == "wait"]
