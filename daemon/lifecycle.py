@@ -64,16 +64,22 @@ _WAIT_WORDS = {
 
 
 def wait_words(job: Job, retrying: bool, preempted: bool) -> str:
+    """The reason of a wait in the timeline's words; after a retry or a preemption
+    the wait says so, then what it waits for now."""
     reason = job.reason or "None"
-    if retrying and reason in ("BeginTime", "None", "Priority", "Resources"):
-        return f"retrying after a failure (back-off; Slurm: {reason})"
-    if preempted and reason in ("BeginTime", "None"):
-        return f"preempted, waiting to resume (Slurm: {reason})"
     if job.is_held:
-        return f"held ({reason})"
-    if reason.startswith("ReqNodeNotAvail") or "Reserved" in reason:
-        return f"nodes reserved for another job or unavailable ({reason})"
-    return _WAIT_WORDS.get(reason, reason)
+        words = f"held ({reason})"
+    elif reason.startswith("ReqNodeNotAvail") or "Reserved" in reason:
+        words = f"nodes reserved for another job or unavailable ({reason})"
+    elif reason == "BeginTime" and (retrying or preempted):
+        words = "back-off"
+    else:
+        words = _WAIT_WORDS.get(reason, reason)
+    if retrying:
+        return f"retrying after a failure: {words}"
+    if preempted:
+        return f"preempted, waiting to resume: {words}"
+    return words
 
 
 class Lifecycle:
@@ -83,6 +89,10 @@ class Lifecycle:
         self.executor = executor
         self.settings = settings
         self.store = LifeStore(executor.journal)
+        #: job id -> kind of its last timeline entry other than wait/checkpoint (a cache
+        #: of the journal, so that 20,000 pending jobs cost no query per cycle).
+        self._last: dict[int, str] = {}
+        self._ended: set[int] = set()
 
     @property
     def journal(self) -> Any:
@@ -95,12 +105,15 @@ class Lifecycle:
                until: float | None = None, detail: dict[str, Any] | None = None) -> None:
         self.store.add_event(job_id, at, kind, text, until=until, detail=detail,
                              limit=self._limit())
+        if kind not in ("wait", "checkpoint"):
+            self._last[job_id] = kind
 
     # ------------------------------------------------------------------ cycle
     def observe(self, snapshot: Snapshot, now: float) -> None:
         """Journal what changed since the last cycle; retry and drain as the policy says."""
         self.executor.settings = self.settings
         live = self.store.live_jobs()
+        self._ended = self.store.ended_ids()
         nodes = {n.name: n for n in snapshot.nodes}
         retries: list[tuple[Job, dict[str, Any], RunEnd]] = []
         with self.journal.transaction():
@@ -111,6 +124,7 @@ class Lifecycle:
                     retries.append((job, self.store.job(job.job_id) or {}, end))
             for job_id, row in live.items():
                 self._left_unseen(job_id, row, now)
+            self.store.bound_events()
         for job, row, end in retries:
             self._after_run(job, row, end, nodes, now)
         self._node_health(snapshot, now)
@@ -134,10 +148,20 @@ class Lifecycle:
     def _observe_job(self, job: Job, row: dict[str, Any] | None,
                      now: float) -> RunEnd | None:
         """Update the job's row and timeline; a RunEnd when a run ended this cycle."""
-        if row is None:
-            if self.store.job(job.job_id) is not None:
+        before: dict[str, Any] = {}
+        if row is None and job.job_id in self._ended:
+            if job.state.is_finished:
                 return None  # already ended in our record; Slurm still shows it
+            # Ended in our record, alive again (an admin requeued it): its life goes on.
+            row = self.store.job(job.job_id)
+            if row is not None:
+                row.update(ended_at=None, end_state=None, interrupted_at=row["ended_at"])
+                before = {}
+        if row is None:
             row = self._new_row(job, now)
+            self._last.setdefault(job.job_id, "")
+        else:
+            before = dict(row)
             submitted = job.submit_time or now
             if job.is_pending:
                 self._event(job.job_id, submitted, "submit", "submitted")
@@ -168,6 +192,7 @@ class Lifecycle:
             row["pending_seconds"] = (float(row["pending_seconds"] or 0)
                                       + max(0.0, started - float(waited_from or started)))
             self.store.close_open(job.job_id, "wait", started)
+            self.store.clamp_waits(job.job_id, started)
             row["runs"] = int(row["runs"] or 0) + 1
             row["start_time"] = started
             if row["first_start"] is None:
@@ -198,22 +223,29 @@ class Lifecycle:
             self._event(job.job_id, ack, "checkpoint", "checkpoint written (acknowledged)")
         row["state"] = job.state.value
         row["restart_count"] = job.restart_count
-        if job.nodes:
+        if job.nodes and tuple(job.nodes) != prev_nodes:
             row["nodes"] = json.dumps(list(job.nodes))
-        row["excluded"] = json.dumps(list(job.excluded_nodes))
+        if job.excluded_nodes or row["excluded"] != "[]":
+            row["excluded"] = json.dumps(list(job.excluded_nodes))
         row.pop("_retrying", None)
         if end is not None and job.state.is_finished:
             row["ended_at"] = end.end_time or now
             row["end_state"] = job.state.value
             row["exit_code"] = job.exit_code
-        self.store.put_job(job.job_id, {k: v for k, v in row.items() if k != "job_id"})
+        # last_seen alone changed: not worth a write per job per cycle on a big queue.
+        if any(row.get(k) != before.get(k) for k in row if k != "last_seen") or not before:
+            self.store.put_job(job.job_id, {k: v for k, v in row.items() if k != "job_id"})
         return end
 
     def _last_kind(self, job_id: int) -> str:
+        hit = self._last.get(job_id)
+        if hit is not None:
+            return hit
         rows = list(self.journal.db.query(
             "select kind from life_events where job_id = ? and kind not in ('wait', 'checkpoint')"
             " order by at desc, id desc limit 1", [job_id]))
-        return rows[0]["kind"] if rows else ""
+        self._last[job_id] = rows[0]["kind"] if rows else ""
+        return self._last[job_id]
 
     def _run_requeued(self, job: Job, row: dict[str, Any], nodes: tuple[str, ...],
                       now: float) -> RunEnd:

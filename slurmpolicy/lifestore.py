@@ -61,6 +61,8 @@ class LifeStore:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.db = journal.db
+        self._touched: dict[int, int] = {}
+        self._tables: set[str] = set()
         if not journal.read_only:
             self._create()
 
@@ -80,7 +82,9 @@ class LifeStore:
             self.db.table("node_failures").create_index(["at"], if_not_exists=True)
 
     def _has(self, table: str) -> bool:
-        return table in self.db.table_names()
+        if table not in self._tables and table in self.db.table_names():
+            self._tables.add(table)  # tables are never dropped
+        return table in self._tables
 
     # ------------------------------------------------------------------ jobs
     def live_jobs(self) -> dict[int, dict[str, Any]]:
@@ -89,6 +93,13 @@ class LifeStore:
             return {}
         return {int(r["job_id"]): dict(r)
                 for r in self.db.query("select * from life_jobs where ended_at is null")}
+
+    def ended_ids(self) -> set[int]:
+        """Jobs whose end is recorded (Slurm may still show them for MinJobAge)."""
+        if not self._has("life_jobs"):
+            return set()
+        return {int(r[0]) for r in self.db.conn.execute(
+            "select job_id from life_jobs where ended_at is not null")}
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         if not self._has("life_jobs"):
@@ -124,27 +135,51 @@ class LifeStore:
         return [dict(r) for r in self.db.query(sql, args)]
 
     def put_job(self, job_id: int, values: Mapping[str, Any]) -> None:
-        row = {"job_id": job_id, **values}
-        self.db.table("life_jobs").upsert(row, pk="job_id", alter=False)
+        """Insert or update the job's row; only the columns in ``values`` change.
+
+        Plain SQL: sqlite-utils' upsert reads the table's schema on every call,
+        which costs seconds per cycle on a queue of 20,000 jobs.
+        """
+        cols = [c for c in values if c in _JOB_COLUMNS and c != "job_id"]
+        names = ", ".join(["job_id", *cols])
+        marks = ", ".join("?" * (len(cols) + 1))
+        sets = ", ".join(f"{c} = excluded.{c}" for c in cols) or "job_id = job_id"
+        self.db.conn.execute(
+            f"insert into life_jobs ({names}) values ({marks})"
+            f" on conflict(job_id) do update set {sets}",
+            [job_id, *(values[c] for c in cols)])
 
     # ---------------------------------------------------------------- events
     def add_event(self, job_id: int, at: float, kind: str, text: str, *,
                   until: float | None = None, detail: Mapping[str, Any] | None = None,
                   limit: int = 200) -> int:
-        table = self.db.table("life_events")
-        table.insert({"job_id": job_id, "at": at, "until": until, "kind": kind,
-                      "text": text, "detail": json.dumps(dict(detail or {}), default=str)})
-        event_id = int(table.last_pk)  # type: ignore[arg-type]
-        # Bounded: beyond ``limit`` events the oldest go (the job row keeps the totals).
-        self.db.execute(
-            "delete from life_events where job_id = ? and id <= ("
-            " select id from life_events where job_id = ? order by id desc limit 1 offset ?)",
-            [job_id, job_id, limit])
+        cur = self.db.conn.execute(
+            "insert into life_events (job_id, at, until, kind, text, detail)"
+            " values (?, ?, ?, ?, ?, ?)",
+            [job_id, at, until, kind, text, json.dumps(dict(detail or {}), default=str)])
+        event_id = int(cur.lastrowid or 0)
+        self._touched[job_id] = limit
         return event_id
 
+    def bound_events(self) -> None:
+        """Keep at most ``limit`` events per job written to since the last call:
+        beyond it the oldest go (the job's row keeps the totals)."""
+        for job_id, limit in self._touched.items():
+            self.db.conn.execute(
+                "delete from life_events where job_id = ? and id <= ("
+                " select id from life_events where job_id = ? order by id desc"
+                " limit 1 offset ?)", [job_id, job_id, limit])
+        self._touched.clear()
+
     def close_open(self, job_id: int, kind: str, until: float) -> None:
-        self.db.execute("update life_events set until = ? where job_id = ? and kind = ?"
+        self.db.conn.execute("update life_events set until = ? where job_id = ? and kind = ?"
                         " and until is null", [until, job_id, kind])
+
+    def clamp_waits(self, job_id: int, at: float) -> None:
+        """Waits noted after ``at`` end at ``at``: Slurm times are whole seconds and a
+        snapshot may show a job pending a moment after the second it started in."""
+        self.db.conn.execute("update life_events set at = ?, until = ? where job_id = ? and"
+                        " kind = 'wait' and at > ?", [at, at, job_id, at])
 
     def events(self, job_id: int) -> list[Event]:
         if not self._has("life_events"):
