@@ -106,7 +106,7 @@ class Lifecycle:
         self.store.add_event(job_id, at, kind, text, until=until, detail=detail,
                              limit=self._limit())
         if kind not in ("wait", "checkpoint"):
-            self._last[job_id] = kind
+            self._last[job_id] = _story(kind, text)
 
     # ------------------------------------------------------------------ cycle
     def observe(self, snapshot: Snapshot, now: float) -> None:
@@ -148,23 +148,21 @@ class Lifecycle:
     def _observe_job(self, job: Job, row: dict[str, Any] | None,
                      now: float) -> RunEnd | None:
         """Update the job's row and timeline; a RunEnd when a run ended this cycle."""
-        before: dict[str, Any] = {}
-        if row is None and job.job_id in self._ended:
+        before: dict[str, Any] = {}  # empty: the row must be written
+        if row is not None:
+            before = dict(row)
+        elif job.job_id in self._ended:
             if job.state.is_finished:
                 return None  # already ended in our record; Slurm still shows it
             # Ended in our record, alive again (an admin requeued it): its life goes on.
             row = self.store.job(job.job_id)
             if row is not None:
                 row.update(ended_at=None, end_state=None, interrupted_at=row["ended_at"])
-                before = {}
         if row is None:
             row = self._new_row(job, now)
             self._last.setdefault(job.job_id, "")
-        else:
-            before = dict(row)
-            submitted = job.submit_time or now
             if job.is_pending:
-                self._event(job.job_id, submitted, "submit", "submitted")
+                self._event(job.job_id, job.submit_time or now, "submit", "submitted")
         prev_state = row["state"]
         row["last_seen"] = now
         end: RunEnd | None = None
@@ -210,7 +208,7 @@ class Lifecycle:
         if job.is_pending:
             words = wait_words(job, retrying=bool(row.get("_retrying")) or
                                self._last_kind(job.job_id) == "retry",
-                               preempted=self._last_kind(job.job_id) == "requeue")
+                               preempted=self._last_kind(job.job_id) == "preempted")
             if prev_state != "PENDING" or words != row["reason"]:
                 self.store.close_open(job.job_id, "wait", now)
                 self._event(job.job_id, now if prev_state else (job.submit_time or now),
@@ -241,10 +239,10 @@ class Lifecycle:
         hit = self._last.get(job_id)
         if hit is not None:
             return hit
-        rows = list(self.journal.db.query(
-            "select kind from life_events where job_id = ? and kind not in ('wait', 'checkpoint')"
-            " order by at desc, id desc limit 1", [job_id]))
-        self._last[job_id] = rows[0]["kind"] if rows else ""
+        rows = list(self.journal.db.conn.execute(
+            "select kind, text from life_events where job_id = ? and kind not in"
+            " ('wait', 'checkpoint') order by at desc, id desc limit 1", [job_id]))
+        self._last[job_id] = _story(rows[0][0], rows[0][1]) if rows else ""
         return self._last[job_id]
 
     def _run_requeued(self, job: Job, row: dict[str, Any], nodes: tuple[str, ...],
@@ -343,6 +341,12 @@ class Lifecycle:
                   "attempt": decision.attempt, "allowed": decision.allowed,
                   "slurm_requeued": slurm_requeued, "exit_code": end.exit_code}
         self._event(job.job_id, now, "retry", decision.reason, detail=detail)
+        if job.is_pending:
+            # Requeued by Slurm: the wait it began this cycle is a retry's, after it.
+            self.store.drop_open_wait(job.job_id, now)
+            words = wait_words(job, retrying=True, preempted=False)
+            self._event(job.job_id, now, "wait", words, detail={"slurm_reason": job.reason})
+            self.store.put_job(job.job_id, {"reason": words})
         outcome = self._carry_out(job, end, decision.exclude, decision.begin_at, slurm_requeued)
         reason = decision.reason + ("; Slurm had requeued it, so only the exclusion and "
                                     "back-off were added" if slurm_requeued else "")
@@ -437,3 +441,10 @@ class Lifecycle:
 
 
 _FINISHED = frozenset(s.value for s in JobState if s.is_finished)
+
+
+def _story(kind: str, text: str) -> str:
+    """What the last entry means for the wait that follows it."""
+    if kind == "requeue":
+        return "preempted" if "preemption" in text else "requeued"
+    return kind

@@ -175,6 +175,11 @@ class LifeStore:
         self.db.conn.execute("update life_events set until = ? where job_id = ? and kind = ?"
                         " and until is null", [until, job_id, kind])
 
+    def drop_open_wait(self, job_id: int, since: float) -> None:
+        """Forget the open wait begun at ``since`` (it is about to be told anew)."""
+        self.db.conn.execute("delete from life_events where job_id = ? and kind = 'wait'"
+                             " and until is null and at >= ?", [job_id, since])
+
     def clamp_waits(self, job_id: int, at: float) -> None:
         """Waits noted after ``at`` end at ``at``: Slurm times are whole seconds and a
         snapshot may show a job pending a moment after the second it started in."""

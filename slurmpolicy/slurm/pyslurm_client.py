@@ -202,6 +202,9 @@ class PySlurmClient:
             dependency=_dependency_text(j.dependencies),
             comment=j.comment or "", admin_comment=j.admin_comment or "",
             begin_time=begin,
+            exit_code=_opt_int(getattr(j, "exit_code", None)),
+            exit_signal=_opt_int(getattr(j, "exit_code_signal", None)) or None,
+            excluded_nodes=_excluded(getattr(j, "excluded_nodes", None)),
         )
 
     @staticmethod
@@ -332,6 +335,22 @@ class PySlurmClient:
 
         with _rpc(f"pyslurm Reservation({name}).delete", ReservationError):
             pyslurm.Reservation(name).delete()
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _excluded(value: Any) -> tuple[str, ...]:
+    """pyslurm gives a list of names or a hostlist string (or nothing)."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        try:
+            return tuple(expand(value))
+        except HostlistError:
+            return ()
+    return tuple(str(v) for v in value)
 
 
 def _check_id(job_id: int) -> int:

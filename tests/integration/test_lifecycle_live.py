@@ -182,6 +182,17 @@ def test_timeline_of_a_job_that_waited_ran_was_preempted_and_finished(
         victim = wait_for(lambda: next((v for v in late if restarts(cluster, v) == 1), None),
                           120, "a preempted victim")
         release_requeued(cluster, victim)
+
+        def released() -> bool:
+            # Slurm may still be completing the requeue when the first update comes.
+            info = cluster.scontrol_show_job(victim)
+            if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+                cluster.slurm_cmd("scontrol", "update", f"jobid={victim}", "starttime=now",
+                                  check=False)
+                return False
+            return True
+
+        wait_for(released, 60, "the requeued victim eligible", interval=2)
         cluster.wait_state(beneficiary, "COMPLETED", timeout=120)
         cluster.wait_state(victim, "COMPLETED", timeout=120)
         data = wait_for(lambda: (d := json.loads(daemon.cli(

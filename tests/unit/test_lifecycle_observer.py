@@ -1,0 +1,127 @@
+"""The daemon's lifecycle observer over a sequence of snapshots, with a real
+journal and a client that records the Slurm calls it is asked for: the
+bookkeeping of a job's life (timeline, totals), and which failures lead to
+which calls. The same paths run on a real Slurm in
+tests/integration/test_lifecycle_live.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slurmpolicy import settings as settings_mod
+from slurmpolicy.daemon.executor import Executor
+from slurmpolicy.daemon.lifecycle import Lifecycle
+from slurmpolicy.model import Job, JobState, Node, Snapshot
+from slurmpolicy.store import Journal
+
+CKPT = "spolicy:v1 class=research ckpt=signal:USR1,grace=30 retry=1"
+SITE = settings_mod.from_mapping({"lifecycle": {"backoff": 10, "hardware_exit_codes": [75]}})
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, object]] = []
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self.calls.append(("requeue", job_id, None))
+
+    def set_excluded_nodes(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        self.calls.append(("exclude", job_id, tuple(nodes)))
+
+    def set_begin_time(self, job_id: int, begin: float | None) -> None:
+        self.calls.append(("begin", job_id, begin))
+
+    def drain_node(self, node: str, reason: str) -> None:
+        self.calls.append(("drain", 0, node))
+
+
+def _life(tmp_path):
+    client = Recorder()
+    journal = Journal(tmp_path)
+    return Lifecycle(Executor(client, journal, SITE), SITE), client, journal  # type: ignore[arg-type]
+
+
+NODES = (Node("g1", "IDLE", gpus_by_type={"h100": 8}), Node("g2", "IDLE", gpus_by_type={"h100": 8}))
+
+
+def snap(now: float, *jobs: Job, nodes: tuple[Node, ...] = NODES) -> Snapshot:
+    return Snapshot(taken_at=now, slurm_version="x", cluster_name="c", jobs=jobs, nodes=nodes)
+
+
+PENDING = Job(job_id=5, name="n", user="u", account="a", partition="p", state=JobState.PENDING,
+              reason="Resources", submit_time=990.0, gpus=8, admin_comment=CKPT)
+RUNNING = dataclasses.replace(PENDING, state=JobState.RUNNING, reason="None",
+                              start_time=1001.0, nodes=("g1",))
+
+
+def test_a_plain_life_reads_back_in_order_with_its_totals(tmp_path):
+    life, client, _ = _life(tmp_path)
+    life.observe(snap(1000.0, PENDING), 1000.0)
+    life.observe(snap(1001.5, PENDING), 1001.5)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    done = dataclasses.replace(RUNNING, state=JobState.COMPLETED, end_time=1010.0)
+    life.observe(snap(1020.0, done), 1020.0)
+    life.observe(snap(1030.0), 1030.0)  # gone from Slurm: nothing new
+    assert [(e.kind, e.at, e.until) for e in life.store.events(5)] == [
+        ("submit", 990.0, None), ("wait", 990.0, 1001.0), ("run", 1001.0, 1010.0),
+        ("end", 1010.0, None)]
+    row = life.store.job(5)
+    assert row is not None
+    assert (row["pending_seconds"], row["running_seconds"], row["gpu_seconds"]) == (11, 9, 72)
+    assert row["cause"] == "completed" and row["ended_at"] == 1010.0
+    assert client.calls == []
+
+
+def test_own_failure_is_not_retried(tmp_path):
+    life, client, journal = _life(tmp_path)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    failed = dataclasses.replace(RUNNING, state=JobState.FAILED, end_time=1005.0, exit_code=3)
+    life.observe(snap(1006.0, failed), 1006.0)
+    assert client.calls == []
+    assert life.store.job(5)["cause"] == "exit"  # type: ignore[index]
+    assert "its own exit code 3" in life.store.events(5)[-1].text
+    assert not journal.read_audit(job_id=5)
+
+
+def test_hardware_failure_is_requeued_away_from_the_node_once(tmp_path):
+    life, client, journal = _life(tmp_path)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    failed = dataclasses.replace(RUNNING, state=JobState.FAILED, end_time=1005.0, exit_code=75)
+    life.observe(snap(1006.0, failed), 1006.0)
+    assert client.calls == [("requeue", 5, None), ("exclude", 5, ("g1",)),
+                            ("begin", 5, 1016.0)]
+    (audit,) = journal.read_audit(job_id=5)
+    assert audit.kind == "Retry" and audit.outcome == "ok"
+    assert "retry 1 of 1" in audit.reason and "classified as hardware" in audit.reason
+    # Slurm shows it pending again, restarted: no second requeue; then it fails again
+    # on the other node and its one retry is spent.
+    again = dataclasses.replace(PENDING, restart_count=1, excluded_nodes=("g1",))
+    life.observe(snap(1007.0, again), 1007.0)
+    rerun = dataclasses.replace(RUNNING, restart_count=1, start_time=1020.0, nodes=("g2",),
+                                excluded_nodes=("g1",))
+    life.observe(snap(1021.0, rerun), 1021.0)
+    second = dataclasses.replace(rerun, state=JobState.FAILED, end_time=1030.0, exit_code=75)
+    life.observe(snap(1031.0, second), 1031.0)
+    assert [c[0] for c in client.calls] == ["requeue", "exclude", "begin"]
+    refused = journal.read_audit(job_id=5)[-1]
+    assert refused.outcome == "refused" and "all 1 retry used" in refused.reason
+    row = life.store.job(5)
+    assert row is not None and row["retries"] == 1 and row["recoveries"] == 1
+    assert row["recovery_seconds"] == 1020.0 - 1005.0
+
+
+def test_slurms_own_requeue_is_not_doubled(tmp_path):
+    life, client, journal = _life(tmp_path)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    down = (Node("g1", "DOWN", frozenset({"NOT_RESPONDING"}), "Not responding",
+                 gpus_by_type={"h100": 8}), NODES[1])
+    requeued = dataclasses.replace(PENDING, restart_count=1, reason="BeginTime")
+    life.observe(snap(1100.0, requeued, nodes=down), 1100.0)
+    assert client.calls == [("exclude", 5, ("g1",)), ("begin", 5, 1110.0)]
+    (audit,) = journal.read_audit(job_id=5)
+    assert "Slurm had requeued it" in audit.reason and "g1 DOWN+NOT_RESPONDING" in audit.reason
+    kinds = [e.kind for e in life.store.events(5)]
+    assert kinds[-3:] == ["requeue", "retry", "wait"]
+    assert life.store.events(5)[-1].text.startswith("retrying after a failure")
