@@ -125,3 +125,31 @@ def test_slurms_own_requeue_is_not_doubled(tmp_path):
     kinds = [e.kind for e in life.store.events(5)]
     assert kinds[-3:] == ["requeue", "retry", "wait"]
     assert life.store.events(5)[-1].text.startswith("retrying after a failure")
+
+
+def test_figures_by_class_and_account_reach_metrics_and_report(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from slurmpolicy.cli import cli
+
+    life, _, journal = _life(tmp_path)
+    life.observe(snap(1000.0, PENDING), 1000.0)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    done = dataclasses.replace(RUNNING, state=JobState.COMPLETED, end_time=1100.0)
+    life.observe(snap(1101.0, done), 1101.0)
+    figures = {name: (labels, value) for name, labels, value in life.figures(1200.0)}
+    labels, ended = figures["slurmpolicy_job_jobs_ended"]
+    assert labels == {"class": "research", "account": "a"} and ended == 1
+    assert figures["slurmpolicy_job_queueing_share_mean"][1] == (1001 - 990) / (1100 - 990)
+    assert figures["slurmpolicy_job_gpu_hours_finished"][1] == 8 * 99 / 3600
+    journal.close()
+    res = CliRunner().invoke(cli, ["report", "--since", "1970-01-01", "--json", "--state-dir",
+                                   str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)["lifecycle"]["research/a"]
+    assert report["jobs_ended"] == 1 and report["abnormal_exit_ratio"] == 0
+    text = CliRunner().invoke(cli, ["report", "--since", "1970-01-01", "--state-dir",
+                                    str(tmp_path)])
+    assert "research/a: 1 job(s), start-up success 100%, abnormal exits 0%" in text.output
