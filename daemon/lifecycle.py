@@ -48,7 +48,7 @@ from slurmpolicy.policy.lifecycle import (
     suspicion,
 )
 from slurmpolicy.settings import Settings
-from slurmpolicy.store import OK, REACHED
+from slurmpolicy.store import FAILED, OK, REACHED, STARTED, UNKNOWN
 
 log = logging.getLogger("slurmpolicy.daemon")
 
@@ -412,9 +412,12 @@ class Lifecycle:
                                          f"{s.held_back}", "held back", jobs=s.jobs,
                                          detail={"node": s.node, "users": s.users})
                 continue
+            key = f"drain:{s.node}:{','.join(map(str, s.jobs))}"
+            if self.journal.has_step(key, (OK, REACHED, FAILED, STARTED, UNKNOWN)):
+                continue  # tried on this very evidence (refused, or Slurm shows it later)
             try:
                 status, message = self.executor._call(
-                    f"drain:{s.node}:{int(now)}", "drain",
+                    key, "drain",
                     lambda name=s.node, why=s.evidence: client.drain_node(name, why),
                     params={"node": s.node, "reason": s.evidence})
             except CallBudgetExhausted:
