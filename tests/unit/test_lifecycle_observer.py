@@ -153,3 +153,26 @@ def test_figures_by_class_and_account_reach_metrics_and_report(tmp_path):
     text = CliRunner().invoke(cli, ["report", "--since", "1970-01-01", "--state-dir",
                                     str(tmp_path)])
     assert "research/a: 1 job(s), start-up success 100%, abnormal exits 0%" in text.output
+
+
+def test_flaky_node_is_drained_once_on_its_evidence(tmp_path):
+    site = settings_mod.from_mapping({
+        "lifecycle": {"hardware_exit_codes": [75]},
+        "node_health": {"drain": True, "min_failures": 3, "min_users": 2,
+                        "max_drained_share": 0.5}})
+    client = Recorder()
+    journal = Journal(tmp_path)
+    life = Lifecycle(Executor(client, journal, site), site)  # type: ignore[arg-type]
+    nodes = (*NODES, Node("g3", "IDLE", gpus_by_type={"h100": 8}))
+    jobs = [dataclasses.replace(RUNNING, job_id=10 + i, user=u, admin_comment="")
+            for i, u in enumerate(("ann", "bob", "ann"))]
+    life.observe(snap(1002.0, *jobs, nodes=nodes), 1002.0)
+    failed = [dataclasses.replace(j, state=JobState.FAILED, end_time=1005.0, exit_code=75)
+              for j in jobs]
+    life.observe(snap(1006.0, *failed, nodes=nodes), 1006.0)
+    life.observe(snap(1007.0, *failed, nodes=nodes), 1007.0)
+    assert client.calls == [("drain", 0, "g1")]
+    (audit,) = [r for r in journal.read_audit() if r.kind == "DrainNode"]
+    assert audit.outcome == "ok"
+    assert audit.reason == ("spolicy: 3 failed job(s) of 2 user(s) in 1h: jobs 10,11,12 "
+                            "(hardware)")
