@@ -10,6 +10,7 @@ One cycle::
 
     snapshot = client.snapshot()           # skipped if stale or Slurm is down
     executor.reconcile(snapshot)           # journal <- what Slurm shows
+    lifecycle.observe(snapshot)            # job ends, timelines, retries, node health
     fabric = (re)load when changed         # topology sources
     plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
     executor.execute(plan, snapshot)       # journal first, capped, idempotent

@@ -265,7 +265,9 @@ def cluster_fixture() -> Iterator[LiveCluster]:
     job_user()
     state = Path(tempfile.mkdtemp(prefix="spdd-", dir="/tmp"))
     os.chmod(state, 0o755)
-    c = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1)
+    prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
+    c = LiveCluster(state, nodes=2, gpus_per_node=8, racks=1,
+                    **({"slurm_prefix": Path(prefix)} if prefix else {}))
     c.up()
     try:
         yield c
