@@ -142,7 +142,8 @@ class Lifecycle:
             "lost_gpu_seconds": 0.0, "last_ckpt": None, "ckpts": 0,
             "excluded": json.dumps(list(job.excluded_nodes)), "ended_at": None,
             "end_state": None, "cause": None, "exit_code": None, "recoveries": 0,
-            "recovery_seconds": 0.0, "interrupted_at": None,
+            "recovery_seconds": 0.0, "interrupted_at": None, "progress_from": None,
+            "progress_recovery_seconds": 0.0,
         }
 
     def _observe_job(self, job: Job, row: dict[str, Any] | None,
@@ -199,6 +200,12 @@ class Lifecycle:
                 row["recoveries"] = int(row["recoveries"] or 0) + 1
                 row["recovery_seconds"] = (float(row["recovery_seconds"] or 0)
                                            + max(0.0, started - float(row["interrupted_at"])))
+                # Back where it was: the restart delay plus the work redone since the
+                # checkpoint it resumes from (at full speed, the time it took first).
+                saved = row.get("progress_from") or row["interrupted_at"]
+                row["progress_recovery_seconds"] = (
+                    float(row.get("progress_recovery_seconds") or 0)
+                    + max(0.0, started - float(saved)))
                 row["interrupted_at"] = None
             run = int(row["runs"])
             self._event(job.job_id, started, "run",
@@ -255,10 +262,8 @@ class Lifecycle:
         self.store.close_open(job.job_id, "run", now)
         self._run_time(row, now)
         row["interrupted_at"] = now
-        if row["last_ckpt"] is not None and row["start_time"] is not None:
-            since = max(float(row["last_ckpt"]), float(row["start_time"]))
-        else:
-            since = float(row["start_time"] or now)
+        since = _saved_progress(row, now)
+        row["progress_from"] = since
         row["lost_gpu_seconds"] = (float(row["lost_gpu_seconds"] or 0)
                                    + max(0.0, now - since) * (row["gpus"] or 0))
         text = ("requeued by slurmpolicy's preemption" if preempted
@@ -333,8 +338,12 @@ class Lifecycle:
         updates["retries"] = decision.attempt
         if job.state.is_finished:
             # Reopen the life: the job runs again.
+            ended = end.end_time or now
+            since = _saved_progress(row, ended)
             updates.update({"ended_at": None, "end_state": None, "state": "PENDING",
-                            "interrupted_at": end.end_time or now})
+                            "interrupted_at": ended, "progress_from": since,
+                            "lost_gpu_seconds": float(row.get("lost_gpu_seconds") or 0)
+                            + max(0.0, ended - since) * (row.get("gpus") or 0)})
         self.store.put_job(job.job_id, updates)
         detail = {"cause": verdict.cause.value, "suspects": list(verdict.suspects),
                   "exclude": list(decision.exclude), "begin_at": decision.begin_at,
@@ -444,6 +453,16 @@ class Lifecycle:
 
 
 _FINISHED = frozenset(s.value for s in JobState if s.is_finished)
+
+
+def _saved_progress(row: dict[str, Any], at: float) -> float:
+    """When the progress the job resumes from was made: its last checkpoint in this
+    run, else the run's start (all of the run is redone)."""
+    start = row.get("start_time")
+    ckpt = row.get("last_ckpt")
+    if start is None:
+        return at
+    return max(float(ckpt), float(start)) if ckpt is not None else float(start)
 
 
 def _story(kind: str, text: str) -> str:

@@ -272,6 +272,7 @@ _LIFE_WORDS = (
     ("abnormal_exit_ratio", "abnormal exits {:.0%}"),
     ("checkpoint_success_ratio", "checkpoints acknowledged {:.0%}"),
     ("recovery_seconds_mean", "recovery {:.0f}s mean"),
+    ("progress_recovery_seconds_mean", "back to its progress {:.0f}s mean"),
     ("retries_per_job", "{:.2f} retries/job"),
     ("queueing_share_mean", "queueing {:.0%} of life"),
     ("gpu_hours_finished", "{:.2f} GPU-h of finished work"),

@@ -317,8 +317,8 @@ def suspicion(failures: Iterable[NodeFailure], nodes: Sequence[Node], settings: 
 #: Figure names, by what they measure (docs/lifecycle.md lists them).
 LIFE_FIGURES = (
     "startup_success_ratio", "abnormal_exit_ratio", "checkpoint_success_ratio",
-    "recovery_seconds_mean", "retries_per_job", "queueing_share_mean",
-    "gpu_hours_finished", "gpu_hours_allocated", "jobs_ended",
+    "recovery_seconds_mean", "progress_recovery_seconds_mean", "retries_per_job",
+    "queueing_share_mean", "gpu_hours_finished", "gpu_hours_allocated", "jobs_ended",
 )
 
 
@@ -367,6 +367,8 @@ def life_figures(rows: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], 
         if recoveries:
             figures["recovery_seconds_mean"] = sum(
                 _f(r, "recovery_seconds") for r in jobs) / recoveries
+            figures["progress_recovery_seconds_mean"] = sum(
+                _f(r, "progress_recovery_seconds") for r in jobs) / recoveries
         if shares:
             figures["queueing_share_mean"] = sum(shares) / len(shares)
         out[key] = figures

@@ -110,6 +110,10 @@ def test_hardware_failure_is_requeued_away_from_the_node_once(tmp_path):
     row = life.store.job(5)
     assert row is not None and row["retries"] == 1 and row["recoveries"] == 1
     assert row["recovery_seconds"] == 1020.0 - 1005.0
+    # No checkpoint acknowledged in the first run: all of it (from 1001) is redone.
+    assert row["progress_recovery_seconds"] == 1020.0 - 1001.0
+    # Work lost to the interruption it resumed from; the last run is not resumed.
+    assert row["lost_gpu_seconds"] == 8 * (1005.0 - 1001.0)
 
 
 def test_slurms_own_requeue_is_not_doubled(tmp_path):
