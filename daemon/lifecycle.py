@@ -34,7 +34,7 @@ import logging
 from typing import Any
 
 from slurmpolicy.daemon.executor import CallBudgetExhausted, Executor
-from slurmpolicy.errors import JobAlreadyPending, JobGone
+from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmError, SlurmUnavailable
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.lifestore import LifeStore
 from slurmpolicy.model import Job, JobState, Snapshot
@@ -116,8 +116,10 @@ class Lifecycle:
         self._ended = self.store.ended_ids()
         nodes = {n.name: n for n in snapshot.nodes}
         retries: list[tuple[Job, dict[str, Any], RunEnd]] = []
+        present = {j.job_id for j in snapshot.jobs}
+        ended = self._ended_jobs([i for i in live if i not in present])
         with self.journal.transaction():
-            for job in snapshot.jobs:
+            for job in (*snapshot.jobs, *ended):
                 row = live.pop(job.job_id, None)
                 end = self._observe_job(job, row, now)
                 if end is not None:
@@ -128,6 +130,20 @@ class Lifecycle:
         for job, row, end in retries:
             self._after_run(job, row, end, nodes, now)
         self._node_health(snapshot, now)
+
+    def _ended_jobs(self, job_ids: list[int]) -> list[Job]:
+        """Jobs gone from the snapshot that Slurm still keeps, ended (23.02+ squeue
+        lists only live jobs); none when the adapter cannot say or Slurm refuses."""
+        ask = getattr(self.executor.client, "ended_jobs", None)
+        if not job_ids or ask is None:
+            return []
+        try:
+            return list(ask(job_ids))
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            log.warning("ended jobs not read: %s", exc)
+            return []
 
     # -------------------------------------------------------------- observing
     def _new_row(self, job: Job, now: float) -> dict[str, Any]:

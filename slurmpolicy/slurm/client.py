@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from slurmpolicy.model import Snapshot
+from slurmpolicy.model import Job, Snapshot
 
 SignalTarget = Literal["batch", "all"]
 
@@ -43,6 +43,8 @@ class SlurmClient(Protocol):
 
     #: "jsoncli" or "pyslurm", for logs and the inspector.
     name: str
+    #: One line: which adapter and why (set by ``connect``; "" otherwise).
+    adapter_note: str
 
     def snapshot(self) -> Snapshot:
         """One consistent read: jobs, nodes, partitions, reservations."""
@@ -76,6 +78,10 @@ class SlurmClient(Protocol):
 
     def drain_node(self, node: str, reason: str) -> None:
         """``scontrol update nodename=N state=DRAIN reason=...``: no new jobs on it."""
+        ...
+
+    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        """The ended jobs among ``job_ids`` that Slurm still keeps (MinJobAge)."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:

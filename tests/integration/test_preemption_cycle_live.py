@@ -26,9 +26,10 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
 )
 from slurmpolicy.settings import from_mapping
-from slurmpolicy.slurm.client import ReservationSpec
-from slurmpolicy.slurm.jsoncli import JsonCliClient
+from slurmpolicy.slurm.client import ReservationSpec, SlurmClient
 from slurmpolicy.topology import Fabric
+
+from .slurmtools import adapter_client
 
 pytestmark = pytest.mark.slurm
 LOW = "spolicy:v1 class=experimental ckpt=signal:USR1,grace=60"
@@ -43,7 +44,7 @@ while [ ! -e "$PWD/release.$SLURM_JOB_ID" ]; do sleep 0.2; done
 """
 
 
-def execute(client: JsonCliClient, p, now: float, done: list[str]) -> None:
+def execute(client: SlurmClient, p, now: float, done: list[str]) -> None:
     for a in p.actions:
         if isinstance(a, StartPreemption):
             client.create_reservation(ReservationSpec(
@@ -67,7 +68,7 @@ def test_checkpoint_first_preemption_cycle(devcluster, tmp_path):
     dc = devcluster
     dc.wait_idle()
     wd = dc.workdir()
-    client = JsonCliClient(env=dc.env())
+    client = adapter_client(dc)
     settings = from_mapping({"preemption": {"min_runtime": 0}})
     victims: list[int] = []
     beneficiary = None
