@@ -7,9 +7,11 @@ Owns, once per cycle (after the executor's reconcile, before the plan):
   last state journalled for each job (``life_jobs``). A job seen FAILED,
   NODE_FAIL, ... ended; a running job seen pending again with a higher
   restart count was requeued (by our preemption, by our retry, or by Slurm
-  after a node failure); a job gone from the snapshot left Slurm's memory
-  unseen (the daemon was down longer than MinJobAge) and is recorded with
-  cause ``unknown``: without slurmdbd that end cannot be recovered (see
+  after a node failure); a job gone from the snapshot is asked for with
+  ``squeue --states=all`` (23.02+ lists only live jobs by default) and its
+  end read from there; one Slurm no longer keeps left its memory unseen
+  (the daemon was down longer than MinJobAge) and is recorded with cause
+  ``unknown``: without slurmdbd that end cannot be recovered (see
   docs/lifecycle.md);
 - **the timeline** of each job (waits with their reason, runs, checkpoints,
   requeues, retries, its end);
