@@ -180,3 +180,31 @@ def test_flaky_node_is_drained_once_on_its_evidence(tmp_path):
     assert audit.outcome == "ok"
     assert audit.reason == ("spolicy: 3 failed job(s) of 2 user(s) in 1h: jobs 10,11,12 "
                             "(hardware)")
+
+
+def test_an_end_gone_from_the_snapshot_is_asked_for(tmp_path):
+    class Ends(Recorder):
+        def __init__(self, ended: list[Job]) -> None:
+            super().__init__()
+            self.ended = ended
+
+        def ended_jobs(self, job_ids: list[int]) -> list[Job]:
+            self.calls.append(("ended_jobs", 0, tuple(job_ids)))
+            return [j for j in self.ended if j.job_id in job_ids]
+
+    failed = dataclasses.replace(RUNNING, state=JobState.FAILED, end_time=1005.0, exit_code=3)
+    client = Ends([failed])
+    journal = Journal(tmp_path)
+    life = Lifecycle(Executor(client, journal, SITE), SITE)  # type: ignore[arg-type]
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    life.observe(snap(1006.0), 1006.0)  # 23.02+: squeue no longer lists it
+    assert client.calls == [("ended_jobs", 0, (5,))]
+    row = life.store.job(5)
+    assert row is not None and row["cause"] == "exit" and row["ended_at"] == 1005.0
+    # Forgotten by Slurm too: recorded as unseen.
+    client.ended = []
+    other = dataclasses.replace(RUNNING, job_id=6)
+    life.observe(snap(1010.0, other), 1010.0)
+    life.observe(snap(1020.0), 1020.0)
+    assert life.store.job(6)["cause"] == "unknown"  # type: ignore[index]
+    assert "left Slurm's memory unseen" in life.store.events(6)[-1].text
