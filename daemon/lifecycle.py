@@ -119,7 +119,16 @@ class Lifecycle:
         nodes = {n.name: n for n in snapshot.nodes}
         retries: list[tuple[Job, dict[str, Any], RunEnd]] = []
         present = {j.job_id for j in snapshot.jobs}
-        ended = self._ended_jobs([i for i in live if i not in present])
+        if any(j.state.is_finished for j in snapshot.jobs):
+            # The adapter lists ended jobs (22.05's squeue --json): ask only for
+            # the jobs that vanished, if any.
+            asked: list[int] | None = [i for i in live if i not in present]
+        else:
+            # 23.02+: squeue lists only live jobs; a job that started and ended
+            # between two cycles would never be seen. Ask for every ended one.
+            asked = None
+        ended = [j for j in self._ended_jobs(asked)
+                 if j.job_id not in present and j.job_id not in self._ended]
         with self.journal.transaction():
             for job in (*snapshot.jobs, *ended):
                 row = live.pop(job.job_id, None)
@@ -133,11 +142,11 @@ class Lifecycle:
             self._after_run(job, row, end, nodes, now)
         self._node_health(snapshot, now)
 
-    def _ended_jobs(self, job_ids: list[int]) -> list[Job]:
-        """Jobs gone from the snapshot that Slurm still keeps, ended (23.02+ squeue
-        lists only live jobs); none when the adapter cannot say or Slurm refuses."""
+    def _ended_jobs(self, job_ids: list[int] | None) -> list[Job]:
+        """Ended jobs Slurm still keeps, of ``job_ids`` or all (23.02+ squeue lists
+        only live jobs); none when the adapter cannot say or Slurm refuses."""
         ask = getattr(self.executor.client, "ended_jobs", None)
-        if not job_ids or ask is None:
+        if job_ids == [] or ask is None:
             return []
         try:
             return list(ask(job_ids))

@@ -80,8 +80,8 @@ class SlurmClient(Protocol):
         """``scontrol update nodename=N state=DRAIN reason=...``: no new jobs on it."""
         ...
 
-    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
-        """The ended jobs among ``job_ids`` that Slurm still keeps (MinJobAge)."""
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """The ended jobs Slurm still keeps (MinJobAge): of ``job_ids``, or all."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:

@@ -174,20 +174,21 @@ class SlurmCommands:
             raise ValueError("a drain needs a reason; allowed: any non-blank text")
         self.run(["scontrol", "update", f"nodename={name}", "state=DRAIN", f"reason={text}"])
 
-    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
-        """The records of ``job_ids`` that Slurm still keeps after their end.
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """The ended jobs Slurm still keeps (``MinJobAge``): those of ``job_ids``,
+        or all of them when it is None.
 
         ``squeue`` lists only live jobs on 23.02+ (22.05's ``--json`` lists all):
-        ``--states=all`` adds those that ended within ``MinJobAge``. Jobs Slurm
-        has forgotten are simply absent.
+        ``--states=all`` adds those that ended. Jobs Slurm has forgotten are
+        simply absent.
         """
-        wanted = {int(j) for j in job_ids}
-        if not wanted:
+        wanted = None if job_ids is None else {int(j) for j in job_ids}
+        if wanted is not None and not wanted:
             return []
         # Not --jobs: squeue fails the whole call when one of them is forgotten.
         raw = self.run(["squeue", "--all", "--json", "--states=all"])
         jobs, _, _, _ = parse.decode_jobs(raw, {}, time.time())
-        return [j for j in jobs if j.job_id in wanted and j.state.is_finished]
+        return [j for j in jobs if j.state.is_finished and (wanted is None or j.job_id in wanted)]
 
 
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")

@@ -370,7 +370,7 @@ class PySlurmClient:
     def drain_node(self, node: str, reason: str) -> None:
         self.cli.drain_node(node, reason)
 
-    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         return self.cli.ended_jobs(job_ids)
 
     def _resv_fields(self, spec: ReservationSpec, create: bool) -> dict[str, Any]:

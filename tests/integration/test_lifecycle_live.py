@@ -105,10 +105,13 @@ def test_job_resumes_elsewhere_from_its_checkpoint_after_a_node_failure(
 def test_job_failing_by_itself_is_not_retried(cluster: LiveCluster) -> None:
     daemon = _daemon(cluster)
     wd = cluster.workdir()
-    job = submit(cluster, "#!/bin/bash\nsleep 2\nexit 3\n", "-N1", "--gres=gpu:1",
+    job = submit(cluster, cluster.hold_script() + "exit 3\n", "-N1", "--gres=gpu:1",
                  "--requeue", admin_comment=CKPT, workdir=wd)
     daemon.start()
     try:
+        wait_for(lambda: "run 1" in daemon.cli("why", str(job), "--history", check=False).stdout,
+                 60, "the run in the timeline")
+        cluster.release(job, wd)
         cluster.wait_state(job, "FAILED", timeout=60)
         history = wait_for(lambda: "its own exit code 3" in (h := daemon.cli(
             "why", str(job), "--history").stdout) and h, 60, "the end in the timeline")
