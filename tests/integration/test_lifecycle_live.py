@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmpolicy.devcluster import _children_map, _descendants, _proc_cmdline
+from slurmpolicy.devcluster import _children_map, _descendants, _proc_cmdline, _proc_environ
 
 from .daemon_support import (
     DaemonRunner,
@@ -52,11 +52,27 @@ def _crash_node(cluster: LiveCluster, node: str, job_id: int) -> None:
     pid = int(Path(cluster.slurmd_pid_file(node)).read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     children = _children_map()
-    for stepd in cluster._stepd_pids():
-        if f"[{job_id}." in _proc_cmdline(stepd):
-            for victim in [*_descendants(stepd, children), stepd]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(victim, signal.SIGKILL)
+    # The job's processes carry SLURM_JOB_ID; their parent is the job's slurmstepd
+    # (its command line differs between Slurm releases).
+    job_pids = [p for p in _all_pids() if _proc_environ(p).get("SLURM_JOB_ID") == str(job_id)]
+    assert job_pids, f"no process of job {job_id} found"
+    stepds = {_parent(p) for p in job_pids} - set(job_pids)
+    stepds = {p for p in stepds if p and "slurmstepd" in _proc_cmdline(p)}
+    for victim in [*stepds, *(d for s in stepds for d in _descendants(s, children)),
+                   *job_pids]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
+def _all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def test_job_resumes_elsewhere_from_its_checkpoint_after_a_node_failure(
