@@ -354,7 +354,12 @@ class Lifecycle:
                             f"ended {job.state.value}: {decision.reason}")
             self.store.put_job(job.job_id, updates)
             if verdict.not_own_fault:
-                self.executor._audit(None, "Retry", decision.reason, "refused",
+                reason = decision.reason
+                if slurm_requeued:
+                    # Slurm's own requeue stands; slurmpolicy adds nothing to it.
+                    reason = ("Slurm requeued it by itself; no exclusion or back-off added: "
+                              + reason.removeprefix("not retried: "))
+                self.executor._audit(None, "Retry", reason, "refused",
                                      job_id=job.job_id, jobs=(job.job_id,),
                                      detail={"cause": verdict.cause.value,
                                              "suspects": list(verdict.suspects),

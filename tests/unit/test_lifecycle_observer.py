@@ -215,3 +215,19 @@ def test_an_end_gone_from_the_snapshot_is_asked_for(tmp_path):
     life.observe(snap(1025.0), 1025.0)
     assert life.store.job(7)["cause"] == "exit"  # type: ignore[index]
     assert "left Slurm's memory unseen" in life.store.events(6)[-1].text
+
+
+def test_slurms_requeue_of_a_job_that_cannot_resume_is_left_as_it_is(tmp_path):
+    life, client, journal = _life(tmp_path)
+    plain = dataclasses.replace(RUNNING, admin_comment="")
+    life.observe(snap(1002.0, plain), 1002.0)
+    down = (Node("g1", "DOWN", frozenset({"NOT_RESPONDING"}), gpus_by_type={"h100": 8}),
+            NODES[1])
+    requeued = dataclasses.replace(PENDING, admin_comment="", restart_count=1,
+                                   reason="BeginTime")
+    life.observe(snap(1100.0, requeued, nodes=down), 1100.0)
+    assert client.calls == []
+    (audit,) = journal.read_audit(job_id=5)
+    assert audit.outcome == "refused"
+    assert audit.reason.startswith("Slurm requeued it by itself; no exclusion or back-off")
+    assert "cannot resume from a checkpoint" in audit.reason
