@@ -37,7 +37,7 @@ from typing import Any
 
 from slurmpolicy.daemon.executor import CallBudgetExhausted, Executor
 from slurmpolicy.errors import JobAlreadyPending, JobGone, SlurmError, SlurmUnavailable
-from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment, reported_metrics
 from slurmpolicy.lifestore import LifeStore
 from slurmpolicy.model import Job, JobState, Snapshot
 from slurmpolicy.policy.lifecycle import (
@@ -170,7 +170,7 @@ class Lifecycle:
             "excluded": json.dumps(list(job.excluded_nodes)), "ended_at": None,
             "end_state": None, "cause": None, "exit_code": None, "recoveries": 0,
             "recovery_seconds": 0.0, "interrupted_at": None, "progress_from": None,
-            "progress_recovery_seconds": 0.0,
+            "progress_recovery_seconds": 0.0, "reported": "{}",
         }
 
     def _observe_job(self, job: Job, row: dict[str, Any] | None,
@@ -253,6 +253,14 @@ class Lifecycle:
             row["last_ckpt"] = ack
             row["ckpts"] = int(row["ckpts"] or 0) + 1
             self._event(job.job_id, ack, "checkpoint", "checkpoint written (acknowledged)")
+        if "spm:" in job.comment:
+            figures = reported_metrics(job.comment)
+            known = json.loads(row.get("reported") or "{}")
+            if figures != known:
+                changed = {k: v for k, v in figures.items() if known.get(k) != v}
+                self._event(job.job_id, now, "report", "reported " + " ".join(
+                    f"{k}={v:g}" for k, v in sorted(changed.items())), detail=changed)
+                row["reported"] = json.dumps({**known, **figures}, sort_keys=True)
         row["state"] = job.state.value
         row["restart_count"] = job.restart_count
         if job.nodes and tuple(job.nodes) != prev_nodes:

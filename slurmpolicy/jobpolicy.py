@@ -214,3 +214,22 @@ def last_checkpoint(comment: str) -> float | None:
                 continue
             best = value if best is None else max(best, value)
     return best
+
+
+#: Figures the job reports itself (``slurmpolicy ckpt report NAME=VALUE``).
+METRIC_PREFIX = "spm:"
+
+
+def reported_metrics(comment: str) -> dict[str, float]:
+    """The ``spm:NAME=VALUE`` figures of a job's comment (bad tokens ignored)."""
+    out: dict[str, float] = {}
+    for token in comment.split():
+        if token.startswith(METRIC_PREFIX):
+            name, _, value = token[len(METRIC_PREFIX):].partition("=")
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if name and number == number and abs(number) != float("inf"):
+                out[name[:32]] = number
+    return out

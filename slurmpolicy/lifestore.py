@@ -37,7 +37,7 @@ _JOB_COLUMNS: dict[str, type] = {
     "lost_gpu_seconds": float, "last_ckpt": float, "ckpts": int, "excluded": str,
     "ended_at": float, "end_state": str, "cause": str, "exit_code": int,
     "recoveries": int, "recovery_seconds": float, "interrupted_at": float,
-    "progress_from": float, "progress_recovery_seconds": float,
+    "progress_from": float, "progress_recovery_seconds": float, "reported": str,
 }
 
 

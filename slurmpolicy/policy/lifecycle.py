@@ -18,6 +18,7 @@ and carries out the answers through Slurm; the inspector shows them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -322,6 +323,17 @@ LIFE_FIGURES = (
 )
 
 
+def _reported(row: Mapping[str, object]) -> dict[str, float]:
+    text = row.get("reported")
+    if not isinstance(text, str) or not text.startswith("{"):
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
 def _f(row: Mapping[str, object], key: str) -> float:
     value = row.get(key)
     return float(value) if isinstance(value, (int, float)) else 0.0
@@ -371,5 +383,12 @@ def life_figures(rows: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], 
                 _f(r, "progress_recovery_seconds") for r in jobs) / recoveries
         if shares:
             figures["queueing_share_mean"] = sum(shares) / len(shares)
+        # Figures the jobs reported themselves (``slurmpolicy ckpt report``).
+        reported: dict[str, list[float]] = {}
+        for r in jobs:
+            for name, value in _reported(r).items():
+                reported.setdefault(name, []).append(value)
+        for name, values in sorted(reported.items()):
+            figures[f"reported_{name}_mean"] = sum(values) / len(values)
         out[key] = figures
     return out

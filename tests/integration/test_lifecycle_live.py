@@ -121,12 +121,14 @@ def test_job_resumes_elsewhere_from_its_checkpoint_after_a_node_failure(
 def test_job_failing_by_itself_is_not_retried(cluster: LiveCluster) -> None:
     daemon = _daemon(cluster)
     wd = cluster.workdir()
-    job = submit(cluster, cluster.hold_script() + "exit 3\n", "-N1", "--gres=gpu:1",
+    # It also reports a figure Slurm does not know, as a training job would.
+    body = "slurmpolicy ckpt report data_mbps=250"
+    job = submit(cluster, cluster.hold_script(body) + "exit 3\n", "-N1", "--gres=gpu:1",
                  "--requeue", admin_comment=CKPT, workdir=wd)
     daemon.start()
     try:
-        wait_for(lambda: "run 1" in daemon.cli("why", str(job), "--history", check=False).stdout,
-                 60, "the run in the timeline")
+        wait_for(lambda: "reported data_mbps=250" in daemon.cli(
+            "why", str(job), "--history", check=False).stdout, 60, "the report in the timeline")
         cluster.release(job, wd)
         cluster.wait_state(job, "FAILED", timeout=60)
         history = wait_for(lambda: "its own exit code 3" in (h := daemon.cli(
@@ -135,6 +137,8 @@ def test_job_failing_by_itself_is_not_retried(cluster: LiveCluster) -> None:
         assert restarts(cluster, job) == 0
         assert cluster.job_state(job) == "FAILED"
         assert not [r for r in journal_of(daemon).read_audit(job_id=job) if r.kind == "Retry"]
+        report = json.loads(daemon.cli("report", "--json").stdout)["lifecycle"]
+        assert report["research/(none)"]["reported_data_mbps_mean"] == 250
     finally:
         daemon.stop()
 

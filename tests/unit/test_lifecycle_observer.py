@@ -231,3 +231,27 @@ def test_slurms_requeue_of_a_job_that_cannot_resume_is_left_as_it_is(tmp_path):
     assert audit.outcome == "refused"
     assert audit.reason.startswith("Slurm requeued it by itself; no exclusion or back-off")
     assert "cannot resume from a checkpoint" in audit.reason
+
+
+def test_figures_the_job_reports_itself(tmp_path):
+    import pytest
+
+    from slurmpolicy.job import merge_metrics, parse_metrics
+
+    assert parse_metrics(["data_mbps=250", "first_step_s=42.5"]) == {
+        "data_mbps": 250.0, "first_step_s": 42.5}
+    for bad in ("Data=1", "x", "x=abc", "x=nan"):
+        with pytest.raises(ValueError, match=r"NAME=NUMBER|not a"):
+            parse_metrics([bad])
+    comment = merge_metrics("ckpt:1000:0 spm:data_mbps=100", {"data_mbps": 250.0})
+    assert comment == "ckpt:1000:0 spm:data_mbps=250"
+    life, _, _ = _life(tmp_path)
+    reporting = dataclasses.replace(RUNNING, comment=comment)
+    life.observe(snap(1002.0, reporting), 1002.0)
+    life.observe(snap(1003.0, reporting), 1003.0)  # unchanged: no second entry
+    reports = [e.text for e in life.store.events(5) if e.kind == "report"]
+    assert reports == ["reported data_mbps=250"]
+    done = dataclasses.replace(reporting, state=JobState.COMPLETED, end_time=1010.0)
+    life.observe(snap(1011.0, done), 1011.0)
+    figures = {n: v for n, _, v in life.figures(1020.0)}
+    assert figures["slurmpolicy_job_reported_data_mbps_mean"] == 250.0
