@@ -348,7 +348,7 @@ def life_figures(rows: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], 
     """
     groups: dict[tuple[str, str], list[Mapping[str, object]]] = {}
     for row in rows:
-        key = (str(row.get("job_class") or "?"), str(row.get("account") or "?"))
+        key = (str(row.get("job_class") or "?"), str(row.get("account") or "(none)"))
         groups.setdefault(key, []).append(row)
     out: dict[tuple[str, str], dict[str, float]] = {}
     for key, jobs in sorted(groups.items()):
