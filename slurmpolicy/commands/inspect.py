@@ -59,7 +59,8 @@ def resolve_job(frame: Any, text: str) -> int:
         if job.display_id == value:
             return int(job.job_id)
     raise JobGone(f"job {value} is not in the queue Slurm shows you "
-                  "(finished and purged, never existed, or not yours to see)")
+                  "(finished and purged, never existed, or not yours to see); "
+                  f"its past: slurmpolicy why {value} --history")
 
 
 def why_json(frame: Any, exp: Any) -> dict[str, Any]:
