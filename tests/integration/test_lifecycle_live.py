@@ -209,11 +209,14 @@ def test_timeline_of_a_job_that_waited_ran_was_preempted_and_finished(
         def released() -> bool:
             # Slurm may still be completing the requeue when the first update comes.
             info = cluster.scontrol_show_job(victim)
-            if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+            state, reason = info.get("JobState"), info.get("Reason")
+            if state in ("RUNNING", "COMPLETED") or (state == "PENDING"
+                                                     and reason != "BeginTime"):
+                return True
+            if state == "PENDING":
                 cluster.slurm_cmd("scontrol", "update", f"jobid={victim}", "starttime=now",
                                   check=False)
-                return False
-            return True
+            return False
 
         wait_for(released, 60, "the requeued victim eligible", interval=2)
         cluster.wait_state(beneficiary, "COMPLETED", timeout=120)
