@@ -84,6 +84,11 @@ class SlurmClient(Protocol):
         """The ended jobs Slurm still keeps (MinJobAge): of ``job_ids``, or all."""
         ...
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        """Make a pending job use reservation ``name`` ("" clears it):
+        ``scontrol update jobid=N reservationname=NAME``."""
+        ...
+
     def create_reservation(self, spec: ReservationSpec) -> None:
         ...
 

@@ -100,6 +100,17 @@ def zoo(devcluster: LiveCluster) -> Iterator[dict[str, int]]:
         for job in ids.values():
             devcluster.slurm_cmd("scontrol", "release", str(job), check=False)
         devcluster.slurm_cmd("scontrol", "delete", f"reservationname={resv}", check=False)
+        # Leave the session cluster as we found it: every zoo job ends by itself
+        # once released (array tasks one at a time, the dependent one after
+        # its parent), which takes a while on a loaded machine.
+        listed = {str(j) for j in ids.values()}
+
+        def gone() -> bool | None:
+            out = devcluster.slurm_cmd("squeue", "--noheader", "--format=%F %A",
+                                       check=False).stdout.split()
+            return not (listed & set(out)) or None
+
+        wait_until(gone, timeout=300, what="the zoo's jobs to end")
 
 
 def _fields(obj: Any) -> dict[str, Any]:

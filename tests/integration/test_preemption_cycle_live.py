@@ -47,9 +47,14 @@ while [ ! -e "$PWD/release.$SLURM_JOB_ID" ]; do sleep 0.2; done
 def execute(client: SlurmClient, p, now: float, done: list[str]) -> None:
     for a in p.actions:
         if isinstance(a, StartPreemption):
+            # An hour beyond the job's limit, as the daemon's executor does: Slurm
+            # 25.11 lets a job into a MAGNETIC reservation only if its limit ends
+            # within it, and the reservation starts at the snapshot's time, a
+            # moment before the job can start (22.05 let it in regardless).
             client.create_reservation(ReservationSpec(
                 name=a.reservation, nodes=a.nodes, start_time=now,
-                duration_minutes=max(1, math.ceil(a.duration / 60)), users=(a.user,),
+                duration_minutes=max(1, math.ceil((a.duration + 3600) / 60)),
+                users=(a.user,),
                 flags=("IGNORE_JOBS", "MAGNETIC")))
         elif isinstance(a, SignalCheckpoint):
             client.signal(a.job_id, a.signal, "batch")
