@@ -6,7 +6,7 @@ change::
 
     spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
         topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
-        defer=night,deadline=86400 retry=3
+        defer=night,deadline=86400 retry=3 nodes=2-8
 
 Tokens are separated by single spaces, values never contain spaces, durations
 are whole seconds. Keys absent mean "not said" and take the defaults below.
@@ -68,12 +68,20 @@ class JobPolicy:
     defer_deadline: float | None = None
     #: Retries after failures not of the job's own making (``--retry``); None: not said.
     retries: int | None = None
+    #: ``--nodes=MIN-MAX`` as submitted (an elastic job), recorded by job_submit.lua:
+    #: Slurm reports only the allocated count once the job has started.
+    node_range: tuple[int, int] | None = None
     #: False when the admin_comment carried our prefix but could not be read.
     readable: bool = True
 
     @property
     def can_checkpoint(self) -> bool:
         return self.checkpoint is not None and self.checkpoint.capable
+
+    @property
+    def elastic(self) -> bool:
+        """Accepts a node range and checkpoints: may be shrunk instead of evicted."""
+        return self.node_range is not None and self.can_checkpoint
 
 
 DEFAULT = JobPolicy()
@@ -134,6 +142,11 @@ def parse_admin_comment(text: str) -> JobPolicy:
                 if not value.isdigit():
                     raise ValueError(value)
                 fields["retries"] = int(value)
+            elif key == "nodes":
+                lo, _, hi = value.partition("-")
+                if not (lo.isdigit() and hi.isdigit()) or not 1 <= int(lo) < int(hi):
+                    raise ValueError(value)
+                fields["node_range"] = (int(lo), int(hi))
             # Unknown keys come from a newer plugin: ignore them.
     except ValueError:
         return JobPolicy(readable=False)
@@ -194,7 +207,19 @@ def render_admin_comment(policy: JobPolicy) -> str:
         tokens.append(text)
     if policy.retries is not None:
         tokens.append(f"retry={policy.retries}")
+    if policy.node_range is not None:
+        tokens.append(f"nodes={policy.node_range[0]}-{policy.node_range[1]}")
     return " ".join(tokens)
+
+
+def with_node_range(admin_comment: str | None, min_nodes: int,
+                    max_nodes: int | None) -> str | None:
+    """The admin_comment job_submit.lua writes for a job submitted with
+    ``--nodes=MIN-MAX``: the directives' (or just the prefix) and ``nodes=MIN-MAX``;
+    unchanged without a range."""
+    if max_nodes is None or max_nodes <= min_nodes or min_nodes < 1:
+        return admin_comment
+    return f"{admin_comment or PREFIX} nodes={min_nodes}-{max_nodes}"
 
 
 # --- the job's acknowledgements, in its own ``comment`` -------------------------

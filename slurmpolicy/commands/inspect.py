@@ -135,6 +135,7 @@ def print_history(data: dict[str, Any], now: float) -> None:
     from rich.markup import escape
 
     from slurmpolicy.durations import format_duration
+    from slurmpolicy.inert import inert
 
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
     row = data["job"] or {}
@@ -144,7 +145,7 @@ def print_history(data: dict[str, Any], now: float) -> None:
         head += (f" ({state}) of {row.get('user')}, account {row.get('account')}, "
                  f"class {row.get('job_class')}: {row.get('runs') or 0} run(s), "
                  f"{row.get('retries') or 0} retr{'y' if row.get('retries') == 1 else 'ies'}")
-    console.print(escape(head))
+    console.print(escape(inert(head)))
     for e in data["events"]:
         at = _clock(e["at"])
         if e["kind"] in ("wait", "run"):
@@ -153,7 +154,8 @@ def print_history(data: dict[str, Any], now: float) -> None:
             span = f"{dur}{'' if e['until'] is not None else ' so far'}"
         else:
             span = ""
-        console.print(escape(f"  {at}  {e['kind']:<10} {span:<18} {e['text']}"))
+        # Reasons and node names come from Slurm: shown inert, never interpreted.
+        console.print(escape(inert(f"  {at}  {e['kind']:<10} {span:<18} {e['text']}")))
 
 
 def _clock(epoch: float) -> str:

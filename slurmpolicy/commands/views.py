@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from slurmpolicy.durations import format_duration
+from slurmpolicy.inert import inert
 from slurmpolicy.model import Job, Node, Snapshot
 
 
@@ -117,8 +118,9 @@ def queue(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
         reason = "" if j.reason == "None" else j.reason
         # Text(), not markup strings: names are data, "[bold]" in one stays literal.
         rows.append((
-            Text(j.display_id), Text(j.user), Text(j.account), Text(j.partition),
-            Text(j.state.value, style=style), Text(reason), Text(gpus),
+            Text(inert(j.display_id)), Text(inert(j.user)), Text(inert(j.account)),
+            Text(inert(j.partition)), Text(j.state.value, style=style), Text(inert(reason)),
+            Text(inert(gpus)),
             Text(format_duration(elapsed) if elapsed is not None else "-"),
             Text(format_duration(j.time_limit)), Text(str(j.priority)),
         ))
@@ -139,6 +141,7 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     is_tty = sys.stdout.isatty() if tty is None else tty
     pad = 3  # rich's box border and padding per column
@@ -155,7 +158,7 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     else:
         console = Console(width=max(80, sum(widths[c] + pad for c in keep) + 1),
                           highlight=False, soft_wrap=True)
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(inert(title)), title_justify="left")
     for col in keep:
         table.add_column(col, justify="right" if col in right else "left",
                          no_wrap=not is_tty, overflow="fold")
@@ -201,10 +204,10 @@ def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
         free_text = (_gpus((t, max(0, c - n.gpus_alloc_by_type.get(t, 0)))
                            for t, c in n.gpus_by_type.items()) if n.schedulable else "0")
         bar = _bar(n.gpus_alloc, n.gpus)
-        rows.append((Text(n.name), Text(state, style=style), Text(n.reason),
+        rows.append((Text(inert(n.name)), Text(inert(state), style=style), Text(inert(n.reason)),
                      Text(_health(suspects.get(n.name)), style="yellow"),
-                     Text(f"{used_text} {bar}"), Text(free_text), Text(",".join(n.features)),
-                     Text(",".join(n.partitions))))
+                     Text(inert(f"{used_text} {bar}")), Text(inert(free_text)),
+                     Text(inert(",".join(n.features))), Text(inert(",".join(n.partitions)))))
     print_table(title, columns, rows, drop_order=("partitions", "features", "GPUs used",
                                                   "reason"))
 

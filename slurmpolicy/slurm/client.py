@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slurmpolicy.errors import SlurmError
 from slurmpolicy.model import Job, Snapshot
 
 SignalTarget = Literal["batch", "all"]
@@ -54,6 +55,13 @@ class SlurmClient(Protocol):
         """Set the job's site factor (never its frozen ``priority``)."""
         ...
 
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """Set one site factor on many jobs, in as few Slurm calls as the adapter can
+        (``scontrol update jobid=1,2,3 sitefactor=V`` is one). Returns the jobs Slurm
+        refused, each with its error (JobGone for a job that left); raises
+        SlurmUnavailable when Slurm did not answer at all."""
+        ...
+
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
         """Send a signal ("USR1", "SIGTERM", "15"...) to the batch shell or all steps."""
         ...
@@ -82,6 +90,10 @@ class SlurmClient(Protocol):
 
     def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
         """The ended jobs Slurm still keeps (MinJobAge): of ``job_ids``, or all."""
+        ...
+
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """Set a pending (just requeued) job's node range: an elastic job shrunk."""
         ...
 
     def set_job_reservation(self, job_id: int, name: str) -> None:

@@ -101,7 +101,7 @@ def test_nodes_show_suspicion_from_the_journal(tmp_path):
         for i, user in enumerate(("u1", "u2", "u1")))
     journal.close()
     conf = tmp_path / "sp.toml"
-    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[node_health]\nwindow = "3650-00"\n')
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
     res = CliRunner().invoke(cli, ["--config", str(conf), "nodes", "--json", "--from-dir",
                                    str(FIXTURES / "slurm-22.05")])
     assert res.exit_code == 0, res.output
