@@ -39,9 +39,10 @@ local CONFIG = {
     ["gpu-type"] = "a GPU type name: letters, digits, _ . - (at most 64), e.g. h100, a100",
     ["min-gpu-memory"] = "whole gigabytes from 1 to 4096, e.g. 80 or 80G",
     ["preemptible"] = "yes, no, or after=DURATION (from 0s to 30d)",
+    ["retry"] = "a whole number from 0 to 10",
     ["topology"] = "nvlink, leaf, spine or any, optionally followed by ,strict",
   },
-  ["allowed_names"] = "--class, --checkpoint, --preemptible, --topology, --expected-runtime, --gpu-type, --min-gpu-memory, --data, --deferrable",
+  ["allowed_names"] = "--class, --checkpoint, --preemptible, --topology, --expected-runtime, --gpu-type, --min-gpu-memory, --data, --deferrable, --retry",
   ["class_accounts"] = {
     ["experimental"] = {},
     ["production"] = {},
@@ -63,11 +64,12 @@ local CONFIG = {
     ["show_value"] = 64,
     ["suggest_max_len"] = 40,
   },
+  ["max_retries"] = 10,
   ["name_max"] = {
     ["data"] = 128,
     ["gpu-type"] = 64,
   },
-  ["names"] = { "class", "checkpoint", "preemptible", "topology", "expected-runtime", "gpu-type", "min-gpu-memory", "data", "deferrable" },
+  ["names"] = { "class", "checkpoint", "preemptible", "topology", "expected-runtime", "gpu-type", "min-gpu-memory", "data", "deferrable", "retry" },
   ["no_checkpoint_partitions"] = {},
   ["pools"] = {},
   ["range_text"] = {
@@ -359,6 +361,14 @@ VALUE["deferrable"] = function(value)
   return fields
 end
 
+VALUE["retry"] = function(value)
+  local digits = smatch(value, "^([0-9]+)$")
+  if digits == nil or #digits > 3 then bad("not a whole number") end
+  local count = tonumber(digits)
+  if count > CONFIG.max_retries then bad("must be from 0 to " .. int(CONFIG.max_retries)) end
+  return { retries = count }
+end
+
 -- (problem, allowed) when a valid value is refused to this job's account or
 -- partition; nil when it is fine.
 local function restriction(name, got, ctx)
@@ -611,6 +621,7 @@ local function render(f)
     if f.defer_deadline then s = s .. ",deadline=" .. int(f.defer_deadline) end
     t[#t + 1] = s
   end
+  if f.retries then t[#t + 1] = "retry=" .. int(f.retries) end
   return tconcat(t, " ")
 end
 

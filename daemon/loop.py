@@ -13,6 +13,7 @@ One cycle::
     snapshot = client.snapshot()           # skipped if stale or Slurm is down
     lease.check(snapshot)                  # standing by: nothing more this cycle
     executor.reconcile(snapshot)           # journal <- what Slurm shows
+    lifecycle.observe(snapshot)            # job ends, timelines, retries, node health
     fabric = (re)load when changed         # topology sources
     plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
     executor.execute(plan, snapshot)       # journal first, capped, idempotent
@@ -49,6 +50,7 @@ import msgspec
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lease import Lease
+from slurmpolicy.daemon.lifecycle import Lifecycle
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
@@ -171,6 +173,7 @@ class Daemon:
         self.metrics = Metrics()
         self.journal: Journal | None = None
         self.executor: Executor | None = None
+        self.lifecycle: Lifecycle | None = None
         self.fabric: Any = None
         self._fabric_key: tuple[Any, ...] | None = None
         #: Why the sources' latest change was refused while the last good fabric is kept
@@ -221,6 +224,8 @@ class Daemon:
             self.executor = Executor(self.client, self.journal, self.settings,
                                      dry_run=self.dry_run, clock=self.clock)
             self.executor.should_stop = self._stop.is_set
+            if not self.dry_run:
+                self.lifecycle = Lifecycle(self.executor, self.settings)
             if not self.dry_run and self.settings.daemon.lease_ttl > 0:
                 self.lease = Lease(self.client, self.settings.reservations.name_prefix,
                                    lease_ttl(self.settings), token=self._lease_token(),
@@ -310,6 +315,8 @@ class Daemon:
         self._last_prune = now
         try:
             self.journal.prune(self.clock() - self.settings.daemon.keep_history)
+            if self.lifecycle is not None:
+                self.lifecycle.prune(self.clock())
         except Exception as exc:  # pruning is housekeeping; never fatal
             log.warning("journal not pruned: %s", exc)
 
@@ -397,6 +404,8 @@ class Daemon:
             self.settings = fresh
             if self.executor is not None:
                 self.executor.settings = fresh
+            if self.lifecycle is not None:
+                self.lifecycle.settings = fresh
             log.info("settings reloaded from %s", self.settings_path or "default path")
         self.notifier.send("READY=1")
 
@@ -490,6 +499,9 @@ class Daemon:
                 return self._finish(self._standby(started))
         try:
             report = self.executor.reconcile(snapshot, now)
+            if self.lifecycle is not None:
+                # Job ends, timelines, retries and node health (docs/lifecycle.md).
+                self.lifecycle.observe(snapshot, now)
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)
@@ -564,6 +576,11 @@ class Daemon:
         figures = []
         if snapshot is not None:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+            if self.lifecycle is not None:
+                try:
+                    figures += self.lifecycle.figures(now or self.clock())
+                except Exception as exc:  # figures must never stop the policy
+                    log.error("lifecycle figures not computed: %s", exc)
         if self.fabric is not None:
             figures += [
                 ("slurmpolicy_fabric_warnings", {},

@@ -205,7 +205,21 @@ def schema(settings: Settings | None = None) -> tuple[Directive, ...]:
             "The job may wait for a cheaper or greener window; deadline: release it at "
             "the latest this long after submission.",
             f"--deferrable={windows[0] if windows else 'night'},deadline=1d"),
+        Directive(
+            "retry", "count", f"a whole number from 0 to {s.lifecycle.max_retries}",
+            _retry_default(s),
+            "How often a checkpointing job is requeued to resume from its checkpoint after "
+            "a failure that is not its own (node failure, hardware error, start-up fault).",
+            "--retry=3"),
     )
+
+
+def _retry_default(s: Settings) -> str:
+    own = {n: c.retries for n, c in s.classes.items() if c.retries is not None}
+    text = f"{s.lifecycle.default_retries}"
+    if own:
+        text += " (" + ", ".join(f"class {n}: {v}" for n, v in own.items()) + ")"
+    return text
 
 
 # --- problems ------------------------------------------------------------------
@@ -485,6 +499,15 @@ class Validator:
         if gb < lo or gb > hi:
             raise _Bad(f"must be from {lo} to {hi} GB")
         return {"min_gpu_memory_gb": float(gb)}
+
+    def _v_retry(self, value: str, ctx: Context) -> dict[str, Any]:
+        # Digits only (no sign, no blanks), at most 3 of them: the Lua side checks the same.
+        if not value.isascii() or not value.isdigit() or len(value) > 3:
+            raise _Bad("not a whole number")
+        count = int(value)
+        if count > self.settings.lifecycle.max_retries:
+            raise _Bad(f"must be from 0 to {self.settings.lifecycle.max_retries}")
+        return {"retries": count}
 
     def _v_deferrable(self, value: str, ctx: Context) -> dict[str, Any]:
         windows = list(self.settings.deferral.windows)
@@ -794,6 +817,7 @@ def lua_config(settings: Settings | None = None) -> dict[str, Any]:
         "name_max": dict(NAME_MAX),
         "admin_uids": list(s.plugin.admin_uids),
         "set_requeue": s.plugin.set_requeue,
+        "max_retries": s.lifecycle.max_retries,
         "limits": {
             "header_lines": MAX_HEADER_LINES, "header_bytes": MAX_HEADER_BYTES,
             "directive_lines": MAX_DIRECTIVE_LINES, "line_bytes": MAX_LINE_BYTES,

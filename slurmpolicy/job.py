@@ -26,6 +26,7 @@ script resumes from its checkpoint. A job that exits instead is simply done.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal as signal_mod
 import subprocess
@@ -104,6 +105,46 @@ def acknowledge(job_id: int | None = None, *, restart_count: int | None = None,
     comment = merge_ack(read_comment(jid), when, restart_count)
     _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
     return when
+
+
+#: Figures Slurm does not know (data loading throughput, time to the first
+#: step...), reported by the job as ``spm:NAME=VALUE`` tokens of its comment.
+METRIC_PREFIX = "spm:"
+_METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def parse_metrics(pairs: list[str]) -> dict[str, float]:
+    """``["data_mbps=250", ...]`` -> {"data_mbps": 250.0}; ValueError naming a bad one."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not _METRIC_NAME.fullmatch(name):
+            raise ValueError(f"{pair!r}: expected NAME=NUMBER with NAME of a-z, 0-9, _ "
+                             "(at most 32, starting with a letter)")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{pair!r}: {value!r} is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError(f"{pair!r}: {value!r} is not a finite number")
+        out[name] = number
+    return out
+
+
+def merge_metrics(comment: str, metrics: dict[str, float]) -> str:
+    """``comment`` with ``spm:`` tokens for ``metrics`` (others of ours kept)."""
+    kept = [t for t in comment.split()
+            if not (t.startswith(METRIC_PREFIX) and t[len(METRIC_PREFIX):].partition("=")[0]
+                    in metrics)]
+    return " ".join([*kept, *(f"{METRIC_PREFIX}{k}={v:g}" for k, v in metrics.items())])
+
+
+def report_metrics(metrics: dict[str, float], job_id: int | None = None) -> str:
+    """Write figures into the job's comment for the daemon; returns the new comment."""
+    jid = job_id_from_env() if job_id is None else job_id
+    comment = merge_metrics(read_comment(jid), metrics)
+    _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
+    return comment
 
 
 #: A periodic checkpoint is reported the same way; the daemon uses it to

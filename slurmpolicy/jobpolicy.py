@@ -6,7 +6,7 @@ change::
 
     spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
         topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
-        defer=night,deadline=86400 nodes=2-8
+        defer=night,deadline=86400 retry=3 nodes=2-8
 
 Tokens are separated by single spaces, values never contain spaces, durations
 are whole seconds. Keys absent mean "not said" and take the defaults below.
@@ -66,6 +66,8 @@ class JobPolicy:
     defer_window: str | None = None
     #: Seconds after submission by which a deferred job must be released.
     defer_deadline: float | None = None
+    #: Retries after failures not of the job's own making (``--retry``); None: not said.
+    retries: int | None = None
     #: ``--nodes=MIN-MAX`` as submitted (an elastic job), recorded by job_submit.lua:
     #: Slurm reports only the allocated count once the job has started.
     node_range: tuple[int, int] | None = None
@@ -136,6 +138,10 @@ def parse_admin_comment(text: str) -> JobPolicy:
                     if name != "deadline":
                         raise ValueError(value)
                     fields["defer_deadline"] = _seconds(deadline)
+            elif key == "retry":
+                if not value.isdigit():
+                    raise ValueError(value)
+                fields["retries"] = int(value)
             elif key == "nodes":
                 lo, _, hi = value.partition("-")
                 if not (lo.isdigit() and hi.isdigit()) or not 1 <= int(lo) < int(hi):
@@ -199,6 +205,8 @@ def render_admin_comment(policy: JobPolicy) -> str:
         if policy.defer_deadline is not None:
             text += f",deadline={_num(policy.defer_deadline)}"
         tokens.append(text)
+    if policy.retries is not None:
+        tokens.append(f"retry={policy.retries}")
     if policy.node_range is not None:
         tokens.append(f"nodes={policy.node_range[0]}-{policy.node_range[1]}")
     return " ".join(tokens)
@@ -266,3 +274,22 @@ def last_checkpoint(comment: str, now: float | None = None,
     """Epoch seconds of the job's last valid checkpoint acknowledgement (see
     :func:`read_acks`), or None."""
     return read_acks(comment, now, skew)[0]
+
+
+#: Figures the job reports itself (``slurmpolicy ckpt report NAME=VALUE``).
+METRIC_PREFIX = "spm:"
+
+
+def reported_metrics(comment: str) -> dict[str, float]:
+    """The ``spm:NAME=VALUE`` figures of a job's comment (bad tokens ignored)."""
+    out: dict[str, float] = {}
+    for token in comment.split():
+        if token.startswith(METRIC_PREFIX):
+            name, _, value = token[len(METRIC_PREFIX):].partition("=")
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if name and number == number and abs(number) != float("inf"):
+                out[name[:32]] = number
+    return out

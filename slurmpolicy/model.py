@@ -115,6 +115,11 @@ class Job:
     admin_comment: str = ""
     #: Slurm's --begin, when it lies in the future.
     begin_time: float | None = None
+    #: How a finished job exited: its return code and the signal that ended it.
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    #: Nodes the job must not run on (``--exclude``, ``ExcNodeList``).
+    excluded_nodes: tuple[str, ...] = ()
 
     @property
     def is_pending(self) -> bool:

@@ -64,6 +64,9 @@ class PriorityClass(_Section, frozen=True, forbid_unknown_fields=True, kw_only=T
     #: When not empty, only these Slurm accounts may use the class.
     accounts: tuple[str, ...] = ()
     description: str = ""
+    #: Retries after failures that are not the job's own (``#SPOLICY --retry``
+    #: overrides); None: ``lifecycle.default_retries``.
+    retries: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
 
 
 class FairShare(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -218,6 +221,49 @@ class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     set_requeue: bool = True
 
 
+class Lifecycle(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Failed jobs resumed from their checkpoint, job timelines (docs/lifecycle.md)."""
+
+    #: Requeue checkpointing jobs that failed for a reason not their own.
+    retry: bool = True
+    #: Retries of a job whose class and directives say nothing.
+    default_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 2
+    #: Largest ``#SPOLICY --retry=N`` accepted at submit time.
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 10
+    #: First back-off before a retried job may start again; doubles per retry.
+    backoff: Seconds = 60.0
+    #: Longest back-off.
+    max_backoff: Seconds = 1800.0
+    #: A job that fails this soon after its start failed to start up.
+    startup_window: Seconds = 300.0
+    #: Exit codes that mean a hardware fault (GPU Xid handlers, NCCL watchdogs...).
+    hardware_exit_codes: tuple[Annotated[int, msgspec.Meta(ge=1, le=255)], ...] = ()
+    #: Exit codes that, within ``startup_window``, mean a start-up fault of the
+    #: platform (container pull, NCCL init) rather than of the job.
+    startup_exit_codes: tuple[Annotated[int, msgspec.Meta(ge=1, le=255)], ...] = ()
+    #: Timelines of finished jobs are kept this long.
+    keep_timelines: Seconds = 14 * 86400.0
+    #: At most this many timeline events per job (the oldest waits are merged).
+    max_events_per_job: Annotated[int, msgspec.Meta(ge=10, le=10000)] = 200
+
+
+class NodeHealth(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Drain nodes on which jobs of different users keep failing (opt-in)."""
+
+    #: Drain suspect nodes; False: only show suspicion (nodes, top, log).
+    drain: bool = False
+    #: Failures count within this window.
+    window: Seconds = 3600.0
+    #: Failed jobs (not their own fault) on a node before it is drained ...
+    min_failures: PositiveInt = 3
+    #: ... of at least this many different users.
+    min_users: PositiveInt = 2
+    #: Never more than this share of the cluster's nodes drained by slurmpolicy.
+    max_drained_share: Fraction = 0.1
+    #: Start of the drain reasons slurmpolicy writes (it reads them back).
+    reason_prefix: str = "spolicy:"
+
+
 class Pool(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A pool: one Slurm partition and the hardware in it (``[pools.NAME]``).
 
@@ -283,6 +329,8 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     daemon: Daemon = msgspec.field(default_factory=Daemon)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
     plugin: Plugin = msgspec.field(default_factory=Plugin)
+    lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
+    node_health: NodeHealth = msgspec.field(default_factory=NodeHealth)
     #: Pools in routing order (empty: no routing; jobs go where they say).
     pools: dict[str, Pool] = msgspec.field(default_factory=dict)
 
@@ -330,6 +378,15 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     def class_of(self, name: str | None) -> PriorityClass:
         return self.classes[name or self.default_class]
 
+    def retries_of(self, class_name: str | None, asked: int | None) -> int:
+        """Retries a job gets: its ``--retry``, else its class's, else the default."""
+        if asked is not None:
+            return asked
+        cls = self.classes.get(class_name or self.default_class)
+        if cls is not None and cls.retries is not None:
+            return cls.retries
+        return self.lifecycle.default_retries
+
 
 def check_bind(bind: str) -> None:
     """``metrics.bind`` is an IPv4/IPv6 address or ``localhost``; ValueError otherwise."""
@@ -371,6 +428,8 @@ _DURATION_KEYS = {
     ("daemon", "max_backoff"),
     ("daemon", "keep_history"), ("daemon", "lease_ttl"),
     ("slurm", "command_timeout"),
+    ("lifecycle", "backoff"), ("lifecycle", "max_backoff"), ("lifecycle", "startup_window"),
+    ("lifecycle", "keep_timelines"), ("node_health", "window"),
 }
 
 

@@ -35,3 +35,22 @@ def ack(job_id: int | None, restart_count: int | None) -> None:
     except spjob.HandshakeError as exc:
         raise SlurmError(f"checkpoint not acknowledged: {exc}") from exc
     click.echo(f"ckpt:{stamp}")
+
+
+@ckpt.command("report")
+@click.argument("pairs", nargs=-1, required=True, metavar="NAME=VALUE...")
+@click.option("--job", "job_id", type=int, default=None,
+              help="Job id (default: $SLURM_JOB_ID).")
+def report(pairs: tuple[str, ...], job_id: int | None) -> None:
+    """Report figures Slurm does not know, e.g. data_mbps=250 (data loading
+    throughput); the daemon keeps them in the job's timeline and averages them
+    by class and account (docs/lifecycle.md)."""
+    try:
+        metrics = spjob.parse_metrics(list(pairs))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME=VALUE") from None
+    try:
+        spjob.report_metrics(metrics, job_id)
+    except spjob.HandshakeError as exc:
+        raise SlurmError(f"figures not reported: {exc}") from exc
+    click.echo(" ".join(f"spm:{k}={v:g}" for k, v in metrics.items()))

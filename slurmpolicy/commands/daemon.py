@@ -296,7 +296,18 @@ def summarize(journal: Any, since: float | None, until: float | None,
         "mean_gpus_allocated": sum(alloc) / len(alloc) if alloc else 0.0,
         "mean_gpus_idle": sum(idle) / len(idle) if idle else 0.0,
         "mean_wait_seconds_by_class": {k: sum(v) / len(v) for k, v in sorted(waits.items())},
+        "lifecycle": _lifecycle(journal, since, until),
     }
+
+
+def _lifecycle(journal: Any, since: float | None, until: float | None) -> dict[str, Any]:
+    """Lifecycle figures of the jobs that ended in the period, by "class/account"."""
+    from slurmpolicy.lifestore import LifeStore
+    from slurmpolicy.policy.lifecycle import life_figures
+
+    rows = LifeStore(journal).ended_with_checkpoints(since or 0.0, until)
+    return {f"{klass}/{account}": values
+            for (klass, account), values in life_figures(rows).items()}
 
 
 @click.command("report")
@@ -334,6 +345,24 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
                f"{data['mean_gpus_idle']:.1f} (mean)")
     for name, value in data["mean_wait_seconds_by_class"].items():
         click.echo(inert(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean"))
+    if data["lifecycle"]:
+        click.echo("  lifecycle of ended jobs, by class/account:")
+    for group, f in data["lifecycle"].items():
+        click.echo(inert(f"    {group}: {f['jobs_ended']:.0f} job(s), " + ", ".join(
+            text for key, text in _LIFE_WORDS if key in f for text in [text.format(f[key])])))
+
+
+_LIFE_WORDS = (
+    ("startup_success_ratio", "start-up success {:.0%}"),
+    ("abnormal_exit_ratio", "abnormal exits {:.0%}"),
+    ("checkpoint_success_ratio", "checkpoints acknowledged {:.0%}"),
+    ("recovery_seconds_mean", "recovery {:.0f}s mean"),
+    ("progress_recovery_seconds_mean", "back to its progress {:.0f}s mean"),
+    ("retries_per_job", "{:.2f} retries/job"),
+    ("queueing_share_mean", "queueing {:.0%} of life"),
+    ("gpu_hours_finished", "{:.2f} GPU-h of finished work"),
+    ("gpu_hours_allocated", "of {:.2f} GPU-h allocated"),
+)
 
 
 __all__ = ["daemon", "log", "report"]

@@ -59,7 +59,8 @@ def resolve_job(frame: Any, text: str) -> int:
         if job.display_id == value:
             return int(job.job_id)
     raise JobGone(f"job {value} is not in the queue Slurm shows you "
-                  "(finished and purged, never existed, or not yours to see)")
+                  "(finished and purged, never existed, or not yours to see); "
+                  f"its past: slurmpolicy why {value} --history")
 
 
 def why_json(frame: Any, exp: Any) -> dict[str, Any]:
@@ -75,15 +76,115 @@ def why_json(frame: Any, exp: Any) -> dict[str, Any]:
     return data
 
 
+def _may_see(ctx: click.Context, job_id: int, row: dict[str, Any] | None,
+             from_dir: str | None) -> bool:
+    """The journal never reveals a job Slurm would not show: root sees every
+    history, a user their own jobs' (finished ones too), and others' only while
+    Slurm shows them to the caller (PrivateData decides)."""
+    import os
+    import pwd
+
+    if os.geteuid() == 0:
+        return True
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = ""
+    if row is not None and me and row.get("user") == me:
+        return True
+    frame = _feed(ctx, from_dir, None).read()
+    return frame.snapshot.job(job_id) is not None
+
+
+def history_data(ctx: click.Context, job_id: str, journal: str | None,
+                 from_dir: str | None = None) -> dict[str, Any]:
+    """The job's life as the daemon journalled it: its row, its timeline and actions."""
+    from slurmpolicy.lifestore import LifeStore
+    from slurmpolicy.store import Journal
+
+    loaded = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
+    value = check_job_id(job_id)
+    if not value.isdigit():
+        raise click.BadParameter(f"{job_id!r}: --history takes the plain job id (123) of an "
+                                 "array task or het part; allowed: 123", param_hint="JOBID")
+    target = int(value)
+    opened = Journal(journal or loaded.daemon.state_dir, read_only=True)
+    try:
+        store = LifeStore(opened)
+        row = store.job(target)
+        events = [e.to_dict() for e in store.events(target)]
+        for record in opened.read_audit(job_id=target):
+            if record.dry_run:
+                continue
+            events.append({"at": record.at, "until": None, "kind": "action",
+                           "text": f"{record.kind} {record.outcome}: {record.reason}",
+                           "detail": {"action": record.kind, "outcome": record.outcome}})
+    finally:
+        opened.close()
+    if row is None and not events:
+        raise JobGone(f"job {target} has no history in the journal (the daemon never saw it, "
+                      "or its timeline expired: lifecycle.keep_timelines)")
+    if not _may_see(ctx, target, row, from_dir):
+        raise JobGone(f"job {target} is not yours and not in the queue Slurm shows you")
+    events.sort(key=lambda e: (e["at"], e["kind"] == "action"))
+    return {"job_id": target, "job": row, "events": events}
+
+
+def print_history(data: dict[str, Any], now: float) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from slurmpolicy.durations import format_duration
+    from slurmpolicy.inert import inert
+
+    console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+    row = data["job"] or {}
+    head = f"Job {data['job_id']}"
+    if row:
+        state = row.get("end_state") or row.get("state") or "?"
+        head += (f" ({state}) of {row.get('user')}, account {row.get('account')}, "
+                 f"class {row.get('job_class')}: {row.get('runs') or 0} run(s), "
+                 f"{row.get('retries') or 0} retr{'y' if row.get('retries') == 1 else 'ies'}")
+    console.print(escape(inert(head)))
+    for e in data["events"]:
+        at = _clock(e["at"])
+        if e["kind"] in ("wait", "run"):
+            until = e["until"] if e["until"] is not None else now
+            dur = format_duration(max(0.0, until - e["at"]))
+            span = f"{dur}{'' if e['until'] is not None else ' so far'}"
+        else:
+            span = ""
+        # Reasons and node names come from Slurm: shown inert, never interpreted.
+        console.print(escape(inert(f"  {at}  {e['kind']:<10} {span:<18} {e['text']}")))
+
+
+def _clock(epoch: float) -> str:
+    import time as _time
+
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(epoch)) + "Z"
+
+
 @click.command()
 @click.argument("job_id", metavar="JOBID")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@click.option("--history", is_flag=True,
+              help="The job's whole life as the daemon saw it: each wait with its reason and "
+                   "duration, each run, checkpoint, action and why (finished jobs too).")
 @_source_options
 @click.pass_context
-def why(ctx: click.Context, job_id: str, as_json: bool, from_dir: str | None,
+def why(ctx: click.Context, job_id: str, as_json: bool, history: bool, from_dir: str | None,
         journal: str | None) -> None:
     """Why JOBID waits (or what is happening to it while it runs), in plain words."""
     check_job_id(job_id)
+    if history:
+        import time as _time
+
+        data = history_data(ctx, job_id, journal, from_dir)
+        if as_json:
+            click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        else:
+            print_history(data, _time.time())
+        return
     feed = _feed(ctx, from_dir, journal)
     frame = feed.read()
     target = resolve_job(frame, job_id)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import shutil
+import sqlite3
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
@@ -102,31 +105,67 @@ def queue(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
                                "slurm_version": snap.slurm_version,
                                "jobs": [job_row(j, snap.taken_at) for j in jobs]}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(inert(_header(snap))), title_justify="left")
-    for col in ("job", "user", "account", "partition", "state", "reason"):
-        table.add_column(col)
-    for col in ("nodes×GPUs", "wait/run", "limit", "priority"):
-        table.add_column(col, justify="right")
+    columns = ("job", "user", "account", "partition", "state", "reason",
+               "nodes×GPUs", "wait/run", "limit", "priority")
+    rows = []
     for j in jobs:
         row = job_row(j, snap.taken_at)
         elapsed = row.get("wait_seconds", row.get("run_seconds"))
         style = "green" if j.is_running else ("yellow" if j.is_pending else "dim")
         gpus = f"{j.node_count}×{j.gpus_per_node}" + (f" {j.gpu_type}" if j.gpu_type else "")
         reason = "" if j.reason == "None" else j.reason
-        # Text(), not markup strings: names are data, "[bold]" in one stays literal;
-        # inert(): an escape sequence or newline in one is shown escaped, not sent.
-        table.add_row(
+        # Text(), not markup strings: names are data, "[bold]" in one stays literal.
+        rows.append((
             Text(inert(j.display_id)), Text(inert(j.user)), Text(inert(j.account)),
             Text(inert(j.partition)), Text(j.state.value, style=style), Text(inert(reason)),
             Text(inert(gpus)),
-            format_duration(elapsed) if elapsed is not None else "-",
-            format_duration(j.time_limit), str(j.priority),
-        )
-    Console().print(table)
+            Text(format_duration(elapsed) if elapsed is not None else "-"),
+            Text(format_duration(j.time_limit)), Text(str(j.priority)),
+        ))
+    print_table(_header(snap), columns, rows, right=("nodes×GPUs", "wait/run", "limit",
+                                                       "priority"),
+                drop_order=("priority", "limit", "account", "partition", "nodes×GPUs",
+                            "wait/run", "reason"))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                right: Sequence[str] = (), drop_order: Sequence[str] = (),
+                width: int | None = None, tty: bool | None = None) -> None:
+    """A table that people can read anywhere.
+
+    Outside a terminal (a pipe, a file) every value is printed in full, as
+    squeue does, however wide the lines get. In a terminal too narrow for
+    every column, whole columns go (in ``drop_order``) before any value is cut.
+    """
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    is_tty = sys.stdout.isatty() if tty is None else tty
+    pad = 3  # rich's box border and padding per column
+    widths = {c: max([len(c), *(len(str(r[i])) for r in rows)]) for i, c in enumerate(columns)}
+    keep = list(columns)
+    if is_tty:
+        room = width or shutil.get_terminal_size((80, 24)).columns
+        for col in drop_order:
+            if sum(widths[c] + pad for c in keep) + 1 <= room:
+                break
+            if col in keep and len(keep) > 2:
+                keep.remove(col)
+        console = Console(width=room, highlight=False)
+    else:
+        console = Console(width=max(80, sum(widths[c] + pad for c in keep) + 1),
+                          highlight=False, soft_wrap=True)
+    table = Table(title=Text(inert(title)), title_justify="left")
+    for col in keep:
+        table.add_column(col, justify="right" if col in right else "left",
+                         no_wrap=not is_tty, overflow="fold")
+    index = [columns.index(c) for c in keep]
+    for r in rows:
+        table.add_row(*(r[i] for i in index))
+    console.print(table)
 
 
 @click.command("nodes")
@@ -135,22 +174,29 @@ def queue(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
 def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str | None) -> None:
     """The nodes: state, drain reasons, GPUs used and free by type."""
     snap = read_snapshot(ctx, adapter, from_dir)
+    suspects = node_suspicions(ctx, snap)
     if as_json:
+        out = []
+        for n in snap.nodes:
+            row = node_row(n)
+            s = suspects.get(n.name)
+            row["suspicion"] = None if s is None else {
+                "jobs": list(s.jobs), "users": s.users, "evidence": s.evidence,
+                "drain": s.drain, "held_back": s.held_back,
+                "out_of_service": s.out_of_service}
+            out.append(row)
         click.echo(json.dumps({"taken_at": snap.taken_at, "cluster": snap.cluster_name,
-                               "slurm_version": snap.slurm_version,
-                               "nodes": [node_row(n) for n in snap.nodes]}, indent=2))
+                               "slurm_version": snap.slurm_version, "nodes": out}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     total = sum(n.gpus for n in snap.nodes)
     used = sum(n.gpus_alloc for n in snap.nodes)
     free = sum(n.gpus_free for n in snap.nodes)
-    table = Table(title=Text(inert(f"{_header(snap)} · GPUs {used}/{total} used, {free} free")),
-                  title_justify="left")
-    for col in ("node", "state", "reason", "GPUs used", "GPUs free", "features", "partitions"):
-        table.add_column(col)
+    title = f"{_header(snap)} · GPUs {used}/{total} used, {free} free"
+    columns = ("node", "state", "reason", "health", "GPUs used", "GPUs free", "features",
+               "partitions")
+    rows = []
     for n in snap.nodes:
         state = "+".join([n.state, *sorted(n.flags)])
         style = "green" if n.schedulable and n.gpus_free else ("red" if not n.schedulable else "")
@@ -158,11 +204,46 @@ def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
         free_text = (_gpus((t, max(0, c - n.gpus_alloc_by_type.get(t, 0)))
                            for t, c in n.gpus_by_type.items()) if n.schedulable else "0")
         bar = _bar(n.gpus_alloc, n.gpus)
-        table.add_row(Text(inert(n.name)), Text(inert(state), style=style),
-                      Text(inert(n.reason)), Text(inert(f"{used_text} {bar}")),
-                      Text(inert(free_text)), Text(inert(",".join(n.features))),
-                      Text(inert(",".join(n.partitions))))
-    Console().print(table)
+        rows.append((Text(inert(n.name)), Text(inert(state), style=style), Text(inert(n.reason)),
+                     Text(_health(suspects.get(n.name)), style="yellow"),
+                     Text(inert(f"{used_text} {bar}")), Text(inert(free_text)),
+                     Text(inert(",".join(n.features))), Text(inert(",".join(n.partitions)))))
+    print_table(title, columns, rows, drop_order=("partitions", "features", "GPUs used",
+                                                  "reason"))
+
+
+def _health(s: Any) -> str:
+    """A node's suspicion in a few words: failures, users, and what is done about it."""
+    if s is None:
+        return ""
+    text = f"{len(s.jobs)} failed job(s), {s.users} user(s)"
+    if s.out_of_service:
+        return text + ": out of service"
+    if s.drain:
+        return text + ": drain due"
+    if s.held_back:
+        return text + f": not drained ({s.held_back})"
+    return text + ": suspect"
+
+
+def node_suspicions(ctx: click.Context, snap: Snapshot) -> dict[str, Any]:
+    """Suspect nodes from the daemon's journal, when it is readable; else none."""
+    from slurmpolicy import settings as settings_mod
+    from slurmpolicy.errors import SlurmPolicyError
+    from slurmpolicy.lifestore import LifeStore
+    from slurmpolicy.policy.lifecycle import suspicion
+    from slurmpolicy.store import Journal
+
+    try:
+        cfg = settings_mod.load((ctx.obj or {}).get("config_path"))
+        journal = Journal(cfg.daemon.state_dir, read_only=True)
+    except (SlurmPolicyError, OSError, sqlite3.Error):  # no journal: no suspicion to show
+        return {}
+    try:
+        failures = LifeStore(journal).node_failures(snap.taken_at - cfg.node_health.window)
+    finally:
+        journal.close()
+    return {s.node: s for s in suspicion(failures, snap.nodes, cfg, snap.taken_at)}
 
 
 def _bar(used: int, total: int, width: int = 8) -> str:

@@ -296,8 +296,17 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
         ahead_by_class=ahead, effective_priority=prio.effective[job.job_id],
         blocking=kind, blocking_text=text, free_text=free_text(ctx, job),
         estimated_start=start, estimate_basis=basis,
-        alternatives=_alternatives(ctx, job) if kind not in ("held", "dependency") else (),
+        alternatives=(sooner(_alternatives(ctx, job), start)
+                      if kind not in ("held", "dependency") else ()),
         notes=tuple(notes), **base)  # type: ignore[arg-type]
+
+
+def sooner(alternatives: tuple[Alternative, ...],
+           start: float | None) -> tuple[Alternative, ...]:
+    """Only the changes that would start the job sooner than it starts now: a known
+    start earlier than the current estimate (any known start when it has none)."""
+    return tuple(a for a in alternatives if a.estimated_start is not None
+                 and (start is None or a.estimated_start < start))
 
 
 def _explain_running(ctx: Context, job: Job, base: dict[str, object],

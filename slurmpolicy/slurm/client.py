@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from slurmpolicy.errors import SlurmError
-from slurmpolicy.model import Snapshot
+from slurmpolicy.model import Job, Snapshot
 
 SignalTarget = Literal["batch", "all"]
 
@@ -78,6 +78,18 @@ class SlurmClient(Protocol):
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """Keep a pending job off ``nodes`` (``ExcNodeList``; empty clears it)."""
+        ...
+
+    def drain_node(self, node: str, reason: str) -> None:
+        """``scontrol update nodename=N state=DRAIN reason=...``: no new jobs on it."""
+        ...
+
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """The ended jobs Slurm still keeps (MinJobAge): of ``job_ids``, or all."""
         ...
 
     def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpolicy.errors import SlurmError, SlurmUnavailable
 from slurmpolicy.hostlist import compress
+from slurmpolicy.model import Job
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.classify import classify
 from slurmpolicy.slurm.client import ReservationSpec
@@ -173,12 +174,52 @@ class SlurmCommands:
     def update_job(self, job_id: int, key: str, value: str) -> None:
         self.run(["scontrol", "update", f"jobid={job_id_arg(job_id)}", f"{key}={value}"])
 
+    # --- a job's whole life (docs/lifecycle.md) ------------------------------------
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        self.update_job(job_id, "excnodelist", compress(node_names(nodes)) if nodes else "")
+
+    def drain_node(self, node: str, reason: str) -> None:
+        (name,) = node_names([node])
+        text = " ".join(reason.split())
+        if not text:
+            raise ValueError("a drain needs a reason; allowed: any non-blank text")
+        self.run(["scontrol", "update", f"nodename={name}", "state=DRAIN", f"reason={text}"])
+
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """The ended jobs Slurm still keeps (``MinJobAge``): those of ``job_ids``,
+        or all of them when it is None.
+
+        ``squeue`` lists only live jobs on 23.02+ (22.05's ``--json`` lists all):
+        ``--states=all`` adds those that ended. Jobs Slurm has forgotten are
+        simply absent.
+        """
+        wanted = None if job_ids is None else {int(j) for j in job_ids}
+        if wanted is not None and not wanted:
+            return []
+        # Not --jobs: squeue fails the whole call when one of them is forgotten.
+        raw = self.run(["squeue", "--all", "--json", "--states=all"])
+        jobs, _, _, _ = parse.decode_jobs(raw, {}, time.time())
+        return [j for j in jobs if j.state.is_finished and (wanted is None or j.job_id in wanted)]
+
+
     def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
         """``scontrol update jobid=N numnodes=MIN-MAX`` (an elastic job shrunk)."""
         if not 1 <= int(min_nodes) <= int(max_nodes):
             raise ValueError(f"invalid node range {min_nodes}-{max_nodes}; allowed: "
                              "1 <= min <= max")
         self.update_job(job_id, "numnodes", f"{int(min_nodes)}-{int(max_nodes)}")
+
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+
+def node_names(nodes: Sequence[str]) -> list[str]:
+    """Node names as Slurm prints them; anything else is refused before any call."""
+    names = list(nodes)
+    for name in names:
+        if not _NODE_NAME.fullmatch(name):
+            raise ValueError(f"invalid node name {name!r}; allowed: letters, digits, _ . -")
+    return names
 
 
 def reservation_args(spec: ReservationSpec, create: bool) -> list[str]:

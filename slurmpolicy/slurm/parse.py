@@ -95,6 +95,32 @@ class _Meta(msgspec.Struct, gc=False):
         return v.cluster if v else ""
 
 
+class _ExitSignal(msgspec.Struct, gc=False):
+    id: N = None
+    name: str = ""
+
+
+class ExitCode(msgspec.Struct, gc=False):
+    """23.02+: ``{"status": [...], "return_code": N, "signal": {"id": N}}``."""
+
+    status: list[str] = []
+    return_code: N = None
+    signal: _ExitSignal | None = None
+
+
+def exit_status(value: int | ExitCode | None) -> tuple[int | None, int | None]:
+    """(return code, terminating signal) of a job; 22.05 prints the raw wait status."""
+    if value is None:
+        return None, None
+    if isinstance(value, int):
+        if value >= _NO_VAL:
+            return None, None
+        return (value >> 8) & 0xFF, (value & 0x7F) or None
+    code = num(value.return_code)
+    sig = num(value.signal.id) if value.signal is not None else None
+    return (int(code) if code is not None else None), (int(sig) if sig else None)
+
+
 class JobRecord(msgspec.Struct, gc=False):
     job_id: int
     name: str
@@ -133,6 +159,8 @@ class JobRecord(msgspec.Struct, gc=False):
     tres_per_task: str = ""
     tres_alloc_str: str = ""
     gres_detail: list[str] = []
+    exit_code: int | ExitCode | None = None
+    excluded_nodes: str = ""
 
 
 class JobsDoc(msgspec.Struct, gc=False):
@@ -543,6 +571,7 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
     array_job = _opt_id(r.array_job_id)
     array_task = num(r.array_task_id)
     het_job = _opt_id(r.het_job_id)
+    code, sig = exit_status(r.exit_code) if r.exit_code else (0, None)
     return make_job(
         job_id=r.job_id,
         name=r.name,
@@ -581,7 +610,19 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
         comment=r.comment,
         admin_comment=r.admin_comment,
         begin_time=begin,
+        exit_code=code,
+        exit_signal=sig,
+        excluded_nodes=_excluded(r),
     )
+
+
+def _excluded(r: JobRecord) -> tuple[str, ...]:
+    if not r.excluded_nodes:
+        return ()
+    try:
+        return tuple(expand(r.excluded_nodes))
+    except HostlistError:
+        return ()
 
 
 @contextmanager

@@ -281,6 +281,9 @@ class PySlurmClient:
             dependency=_dependency_text(j.dependencies),
             comment=j.comment or "", admin_comment=j.admin_comment or "",
             begin_time=begin,
+            exit_code=_opt_int(getattr(j, "exit_code", None)),
+            exit_signal=_opt_int(getattr(j, "exit_code_signal", None)) or None,
+            excluded_nodes=_excluded(getattr(j, "excluded_nodes", None)),
         )
 
     @staticmethod
@@ -380,6 +383,16 @@ class PySlurmClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
+    def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        # Through scontrol: one well-tested path for a rare call.
+        self.cli.set_excluded_nodes(job_id, nodes)
+
+    def drain_node(self, node: str, reason: str) -> None:
+        self.cli.drain_node(node, reason)
+
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        return self.cli.ended_jobs(job_ids)
+
     def set_job_reservation(self, job_id: int, name: str) -> None:
         # pyslurm drops an empty reservation (falsy) instead of clearing it;
         # scontrol does both, with the same messages.
@@ -447,6 +460,22 @@ _SQUEUE_WORDS = frozenset({
 
 def _listed_by_squeue(j: Any) -> bool:
     return str(j.state or "").upper() in _SQUEUE_WORDS
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _excluded(value: Any) -> tuple[str, ...]:
+    """pyslurm gives a list of names or a hostlist string (or nothing)."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        try:
+            return tuple(expand(value))
+        except HostlistError:
+            return ()
+    return tuple(str(v) for v in value)
 
 
 def _check_id(job_id: int) -> int:

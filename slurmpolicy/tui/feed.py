@@ -222,7 +222,33 @@ class Feed:
         return Frame(snapshot=snapshot, now=now, settings=self.settings, intents=intents,
                      decisions=decisions, leaf_of=leaf_of, nvlink_of=nvlink_of,
                      degraded_links=degraded, policy_note=note, source=self.source(),
-                     effective=self.effective_priorities(snapshot, fab, intents, now))
+                     effective=self.effective_priorities(snapshot, fab, intents, now),
+                     suspects=self.node_health(snapshot, now) if not note else {})
+
+    def node_health(self, snapshot: Snapshot, now: float) -> dict[str, str]:
+        """Suspect nodes from the journal's failure record; counts only, no job ids
+        (the jobs may be other users')."""
+        try:
+            from slurmpolicy.lifestore import LifeStore
+            from slurmpolicy.policy.lifecycle import suspicion
+            from slurmpolicy.store import Journal
+
+            journal = Journal(self.journal_path, read_only=True)
+        except Exception:  # the journal note already says why it is unreadable
+            return {}
+        try:
+            failures = LifeStore(journal).node_failures(now - self.settings.node_health.window)
+            found = suspicion(failures, snapshot.nodes, self.settings, now)
+        except Exception:
+            return {}
+        finally:
+            journal.close()
+        out = {}
+        for s in found:
+            state = ("drain due" if s.drain else "out of service" if s.out_of_service
+                     else "not drained: " + s.held_back if s.held_back else "suspect")
+            out[s.node] = f"{len(s.jobs)} failed jobs, {s.users} users, {state}"
+        return out
 
     def effective_priorities(self, snapshot: Snapshot, fab: Any, intents: Intents,
                              now: float) -> dict[int, int]:

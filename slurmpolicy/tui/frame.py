@@ -92,6 +92,8 @@ class Frame:
     #: Effective priority per job as ``policy.plan()`` computes it (the site
     #: factor it wants plus Slurm's other factors); jobs absent use Slurm's priority.
     effective: Mapping[int, int] = field(default_factory=dict)
+    #: Suspect nodes (jobs of different users failing on them) -> a few words.
+    suspects: Mapping[str, str] = field(default_factory=dict)
     #: Per-frame indexes; not an init field, so that dataclasses.replace() starts afresh.
     _cache: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 

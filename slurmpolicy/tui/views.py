@@ -297,6 +297,10 @@ def fabric_view(frame: Frame, *, width: int = 80, height: int = 12, offset: int 
         if len(frame.degraded_links) > 8:
             degraded.append(f"; +{len(frame.degraded_links) - 8} more")
         parts.append(degraded)
+    if frame.suspects:
+        suspect = Text("suspect nodes: ", style="bold yellow")
+        suspect.append("; ".join(f"{n} ({w})" for n, w in sorted(frame.suspects.items())[:8]))
+        parts.append(suspect)
     return Group(*parts)
 
 
@@ -362,6 +366,8 @@ def header_view(frame: Frame, *, filters: Filters | None = None, width: int = 80
         text.append(inert(f"  [{filters.describe()}]"), style="yellow")
     if frame.policy_note:
         text.append("  (no policy details)", style="yellow")
+    if frame.suspects:
+        text.append(f"  suspect nodes: {', '.join(sorted(frame.suspects))}", style="yellow")
     tail = f"  Slurm {snap.slurm_version}" if snap.slurm_version else ""
     if frame.source:
         tail += f" via {frame.source}"

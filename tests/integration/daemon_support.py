@@ -110,7 +110,8 @@ def write_settings(path: Path, state_dir: Path, **sections: Mapping[str, Any]) -
             elif isinstance(value, str):
                 text = f'"{value}"'
             elif isinstance(value, (list, tuple)):
-                text = "[" + ", ".join(f'"{v}"' for v in value) + "]"
+                text = "[" + ", ".join(f'"{v}"' if isinstance(v, str) else str(v)
+                                       for v in value) + "]"
             else:
                 text = str(value)
             lines.append(f"{key} = {text}")

@@ -37,7 +37,7 @@ def problems(name: str) -> list[str]:
 def test_schema_has_every_directive_with_help_and_example():
     names = [d.name for d in schema(SITE)]
     assert names == ["class", "checkpoint", "preemptible", "topology", "expected-runtime",
-                     "gpu-type", "min-gpu-memory", "data", "deferrable"]
+                     "gpu-type", "min-gpu-memory", "data", "deferrable", "retry"]
     for d in schema(SITE):
         assert d.allowed and d.help and d.example.startswith(f"--{d.name}") and d.default
         # every documented example is itself valid
@@ -61,14 +61,14 @@ def test_valid_script_gives_the_policy():
         checkpoint=Checkpoint(signal="USR1", grace=120.0, interval=1800.0),
         preemptible=True, preemptible_after=3600.0, topology="leaf", topology_strict=True,
         expected_runtime=1.5 * 86400, gpu_type="h100", min_gpu_memory_gb=80.0,
-        data="imagenet/train-2024", defer_window="night", defer_deadline=2 * 86400.0)
+        data="imagenet/train-2024", defer_window="night", defer_deadline=2 * 86400.0, retries=3)
 
 
 @pytest.mark.parametrize(("name", "message"), [
     ("unknown directive",
      "line 2: #SPOLICY --topologie=leaf: unknown directive --topologie (did you mean "
      "--topology?); allowed: --class, --checkpoint, --preemptible, --topology, "
-     "--expected-runtime, --gpu-type, --min-gpu-memory, --data, --deferrable"),
+     "--expected-runtime, --gpu-type, --min-gpu-memory, --data, --deferrable, --retry"),
     ("bad class",
      "line 2: #SPOLICY --class=reserch: invalid value 'reserch' for --class (did you mean "
      "research?); allowed: production (accounts prod, ops), research, experimental"),
@@ -425,3 +425,26 @@ def test_contrib_examples_validate_with_their_settings():
             assert [p.line for p in result.problems] == [5, 6, 7, 8]
         else:
             assert result.ok and result.admin_comment, (path.name, result.problems)
+
+
+def test_retry_directive_bounds_and_wire_form():
+    ok = check_script(b"#!/bin/bash\n#SPOLICY --retry=3\n", SITE)
+    assert ok.ok and ok.policy.retries == 3 and ok.admin_comment.endswith("retry=3")
+    assert parse_admin_comment(ok.admin_comment).retries == 3
+    bad = check_script(b"#!/bin/bash\n#SPOLICY --retry=11\n", SITE)
+    assert not bad.ok
+    assert "must be from 0 to 10" in bad.problems[0].message
+    assert "allowed: a whole number from 0 to 10" in bad.problems[0].message
+    assert not check_script(b"#!/bin/bash\n#SPOLICY --retry=-1\n", SITE).ok
+
+
+def test_retries_default_from_class_then_site():
+    from slurmpolicy import settings as settings_mod
+
+    s = settings_mod.from_mapping({"classes": {
+        "production": {"weight": 1, "rank": 2, "retries": 5},
+        "research": {"weight": 0, "rank": 1}}, "lifecycle": {"default_retries": 1}})
+    assert s.retries_of("production", None) == 5
+    assert s.retries_of("research", None) == 1
+    assert s.retries_of(None, None) == 1
+    assert s.retries_of("production", 0) == 0

@@ -194,3 +194,16 @@ def test_pending_notes_say_what_preemption_and_reservations_could_do():
         in e.notes
     assert "qualifies for a starvation reservation: it has waited 2h00m (threshold 1h00m)" \
         in e.notes
+
+
+def test_to_start_sooner_lists_only_changes_that_start_the_job_sooner():
+    from slurmpolicy.policy.explain import sooner
+    from slurmpolicy.policy.explanation import Alternative
+
+    alts = (Alternative("ask for 1 node instead of 2", 100.0),
+            Alternative("use --topology=any", 500.0),
+            Alternative("submit to partition prod", None, "no placement"),
+            Alternative("drop strict", 300.0))
+    assert [a.change for a in sooner(alts, 300.0)] == ["ask for 1 node instead of 2"]
+    assert [a.change for a in sooner(alts, None)] == [
+        "ask for 1 node instead of 2", "use --topology=any", "drop strict"]
