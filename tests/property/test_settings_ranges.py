@@ -17,9 +17,17 @@ from hypothesis import strategies as st
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import ConfigError
 
+def _scalar(key: str) -> bool:
+    """A key a single ``name = number`` line sets (not a table, list or mapping)."""
+    if "NAME" in key:
+        return False
+    section, name = key.split(".")
+    default = getattr(getattr(settings_mod.Settings(), section), name)
+    return not isinstance(default, (tuple, list, dict))
+
+
 #: Keys a single TOML line can set (named tables and lists get their own entry).
-KEYS = [(key, allowed) for key, allowed, _ in settings_mod.ranges()
-        if "NAME" not in key and key not in ("fairshare.shares", "plugin.admin_uids")]
+KEYS = [(key, allowed) for key, allowed, _ in settings_mod.ranges() if _scalar(key)]
 
 numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True, width=64),
