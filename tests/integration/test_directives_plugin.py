@@ -108,6 +108,38 @@ def test_a_script_without_directives_is_left_alone(cluster):
     assert own_line(cluster, job, "AdminComment") is None
 
 
+def site_factor(cluster: LiveCluster, job: int) -> int | None:
+    """The job's site factor as sprio prints it (what the daemon's adapter reads)."""
+    proc = cluster.slurm_cmd("sprio", "-h", "-j", str(job), "-o", "%i|%S")
+    for line in proc.stdout.splitlines():
+        jid, _, value = line.strip().partition("|")
+        if jid == str(job):
+            return int(value)
+    return None
+
+
+def test_the_class_weight_is_the_site_factor_from_submission(cluster):
+    """A production job has its class standing in Slurm before any daemon cycle:
+    the plugin sets the site factor, which only it may set at submit."""
+    later = ("--begin=now+1hour",)  # pending (not held), so that sprio lists it
+    prod = submitted(sbatch_free(cluster, VALID["every directive"], *later))
+    research = submitted(sbatch_free(cluster, VALID["space separated"], *later))
+    plain = submitted(sbatch_free(cluster, "#!/bin/bash\n#SBATCH -N 1\ntrue\n", *later))
+    assert site_factor(cluster, prod) == SITE.classes["production"].weight
+    assert site_factor(cluster, research) == SITE.classes["research"].weight
+    # No directives: the default class, as the daemon reads such a job.
+    assert site_factor(cluster, plain) == SITE.classes[SITE.default_class].weight
+    # A user's own --site-factor-like attempt is not possible: sbatch has no such
+    # option, and Slurm resets the field before the plugin runs (job_submit.c).
+
+
+def sbatch_free(cluster: LiveCluster, script: str | bytes, *args: str):
+    """sbatch as the test user, not held."""
+    wd = cluster.workdir("directives")
+    return cluster.slurm_cmd("sbatch", "--parsable", f"--chdir={wd}", "--output=/dev/null",
+                             *args, user=job_user(), input=script, check=False, timeout=60)
+
+
 INVALID = {
     "unknown directive": "#SPOLICY --topologie=leaf",
     "bad class": "#SPOLICY --class=reserch",
