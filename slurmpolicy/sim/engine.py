@@ -123,6 +123,68 @@ def _roundup(t: float, res: float) -> float:
     return math.ceil(t / res - 1e-9) * res if res > 0 else t
 
 
+class _FreeSteps:
+    """Free GPUs of each host over time in one backfill pass, as running jobs
+    end by their expected ends (rounded up to bf_resolution): per host a short
+    list of (time, free GPUs from then on)."""
+
+    def __init__(self, sim: Simulator, now: float, res: float) -> None:
+        self.now = now
+        self.res = res
+        free = sim.hosts.free
+        events: dict[int, list[tuple[float, int]]] = {}
+        for r in sim.running.values():
+            end = max(now, _roundup(sim._expected_end(r), res))
+            for h, g in r.alloc:
+                events.setdefault(h, []).append((end, g))
+        self.steps: list[list[tuple[float, int]]] = []
+        for h, f in enumerate(free):
+            row = [(now, f)]
+            for t, g in sorted(events.get(h, ())):
+                f += g
+                if t == row[-1][0]:
+                    row[-1] = (t, f)
+                else:
+                    row.append((t, f))
+            self.steps.append(row)
+        self._ready: dict[int, list[float]] = {}
+
+    def started(self, j: SimJob, end: float) -> None:
+        """A job started in this pass: its GPUs are busy until ``end``."""
+        for h, g in j.alloc:
+            row = self.steps[h]
+            new = [(t, f - g) if t < end else (t, f) for t, f in row]
+            if all(t != end for t, _ in row):
+                before = [f for t, f in row if t < end]
+                new.append((end, before[-1] + 0 if before else 0))
+                new.sort()
+            self.steps[h] = new
+        self._ready.clear()
+
+    def free_at(self, h: int, t: float) -> int:
+        f = 0
+        for st, sf in self.steps[h]:
+            if st > t:
+                break
+            f = sf
+        return f
+
+    def ready(self, gpn: int) -> list[float]:
+        """Per host, the first time it has ``gpn`` GPUs free (inf: never)."""
+        hit = self._ready.get(gpn)
+        if hit is None:
+            hit = []
+            for row in self.steps:
+                t = math.inf
+                for st, sf in row:
+                    if sf >= gpn:
+                        t = st
+                        break
+                hit.append(t)
+            self._ready[gpn] = hit
+        return hit
+
+
 class SimJob:
     """A job's mutable state in the replay."""
 
@@ -722,9 +784,8 @@ class Simulator:
         queue = list(self._ordered())
         n_hosts = len(hosts.names)
         #: The node space map: per host, planned (start, end) claims of this pass.
-        planned: list[list[tuple[float, float]]] = [[] for _ in range(n_hosts)]
-        ends = sorted((_roundup(self._expected_end(r), res), r.id)
-                      for r in self.running.values())
+        planned: dict[int, list[tuple[float, float]]] = {}
+        steps = _FreeSteps(self, now, res)
         window_end = now + sm.bf_window
         soon = now + self.min_limit
         #: Hosts where some job could still start now.
@@ -743,15 +804,15 @@ class Simulator:
                 continue
             spec = j.spec
             limit = _roundup(spec.time_limit, res)
-            claimed = {h for h in range(n_hosts) if planned[h]
-                       and any(s < now + limit and e > now for s, e in planned[h])}
+            claimed = {h for h, c in planned.items()
+                       if any(s < now + limit and e > now for s, e in c)}
             alloc = None
             if open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node:
                 alloc = self._try_place(j, avoid=claimed)
             if alloc is not None:
                 self._start(j, alloc)
                 started = True
-                bisect.insort(ends, (_roundup(now + spec.time_limit, res), j.id))
+                steps.started(j, _roundup(now + spec.time_limit, res))
                 for h, _ in alloc:
                     if free[h] <= 0:
                         open_hosts.discard(h)
@@ -760,17 +821,17 @@ class Simulator:
             if freed:
                 # The freed hosts are the beneficiary's in this pass's plan.
                 for h in freed:
-                    planned[h].append((now, now + limit))
+                    planned.setdefault(h, []).append((now, now + limit))
                     open_hosts.discard(h)
                 continue
             if not open_hosts:
                 continue  # nothing can start now: the rest of the plan changes nothing
-            start, chosen = self._earliest(j, planned, ends, window_end, limit)
+            start, chosen = self._earliest(j, planned, steps, window_end, limit)
             if not chosen:
                 continue
             self.bf_reservations += 1
             for h in chosen:
-                planned[h].append((start, start + limit))
+                planned.setdefault(h, []).append((start, start + limit))
                 if start < soon:
                     open_hosts.discard(h)
         if started:
@@ -785,57 +846,58 @@ class Simulator:
             end = min(end, r.signal_at + self.slurm.grace_time)
         return end
 
-    def _earliest(self, j: SimJob, planned: list[list[tuple[float, float]]],
-                  ends: list[tuple[float, int]], window_end: float,
+    def _earliest(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
+                  steps: _FreeSteps, window_end: float,
                   limit: float) -> tuple[float, list[int]]:
         """When and on which hosts ``j`` could start as running jobs end by their
         limits, avoiding the pass's planned claims and reservations it may not
-        use: (start, hosts), or (inf, []) beyond ``bf_window``."""
+        use: (start, hosts), or (inf, []) beyond ``bf_window``.
+
+        Per host: the first time it has the GPUs (``steps``), then pushed past
+        every claim that overlaps the job's span; a multi-node job takes the
+        first time at which enough hosts are clear together."""
         now = self.now
         spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
-        hosts = self.hosts
-        free = list(hosts.free)
         claims = planned
         if self.reservations:
-            claims = [list(c) for c in planned]
+            claims = {h: list(c) for h, c in planned.items()}
             for r in self.reservations.values():
                 if r.job_id == j.id or spec.user in r.users or r.end <= now:
                     continue
                 for h in r.hosts:
-                    claims[h].append((r.start, r.end))
-        times = {now}
-        for e, _ in ends:
-            if e > now:
-                times.add(e)
-            if e > window_end:
-                break
-        for c in claims:
-            for _, e in c:
-                if now < e <= window_end:
-                    times.add(e)
-        fits = sum(1 for f in free if f >= gpn)
-        k = 0
-        by_id = self.by_id
-        for t in sorted(times):
-            if t > window_end:
-                break
-            while k < len(ends) and ends[k][0] <= t:
-                for h, g in by_id[ends[k][1]].alloc:
-                    before = free[h] >= gpn
-                    free[h] += g
-                    if not before and free[h] >= gpn:
-                        fits += 1
-                k += 1
-            if fits < n:
-                continue
-            stop = t + limit
-            ok = [free[h] >= gpn and not any(s < stop and e > t for s, e in claims[h])
-                  for h in range(len(free))]
+                    claims.setdefault(h, []).append((r.start, r.end))
+        ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
+
+        def clear_from(h: int, t: float) -> float:
+            for s0, e0 in sorted(claims.get(h, ())):
+                if s0 < t + limit and e0 > t:
+                    t = e0
+            return t
+
+        if n == 1:
+            best = (math.inf, 0, -1)
+            for h, t in enumerate(ready):
+                if t >= best[0] or t > window_end:
+                    continue
+                if h in claims:
+                    t = clear_from(h, t)
+                cand = (t, steps.free_at(h, t), h)
+                if cand < best:
+                    best = cand
+            if best[2] < 0 or best[0] > window_end:
+                return math.inf, []
+            return best[0], [best[2]]
+        times = sorted({t for t in ready if t <= window_end}
+                       | {e for h, c in claims.items() for _, e in c if now < e <= window_end})
+        for t in times:
+            ok = [rt <= t and (h not in claims or clear_from(h, t) == t)
+                  for h, rt in enumerate(ready)]
             if sum(ok) < n:
                 continue
+            hosts = self.hosts
             saved = hosts.free
-            hosts.free = free
+            hosts.free = [steps.free_at(h, t) for h in range(len(saved))]
             try:
                 alloc = hosts.place(n, gpn, usable=ok)
             finally:
