@@ -793,6 +793,7 @@ class Simulator:
         tested = 0
         started = False
         no_victims: set[tuple[int, int, int]] = set()
+        baseline = self.mode is not Mode.SLURMPOLICY
         for key in queue:
             j = self.by_id[key[-1]]
             if j.state != PENDING or j.key is not key:
@@ -803,9 +804,11 @@ class Simulator:
             if j.begin_time is not None and j.begin_time > now:
                 continue
             spec = j.spec
+            if not open_hosts and (j.tier <= 1 or j.preempt_asked or baseline is False):
+                continue  # nothing can start now and this job may not preempt
             limit = _roundup(spec.time_limit, res)
-            claimed = {h for h, c in planned.items()
-                       if any(s < now + limit and e > now for s, e in c)}
+            stop = now + limit
+            claimed = {h for h, c in planned.items() if c[0][0] < stop}
             alloc = None
             if open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node:
                 alloc = self._try_place(j, avoid=claimed)
@@ -821,7 +824,7 @@ class Simulator:
             if freed:
                 # The freed hosts are the beneficiary's in this pass's plan.
                 for h in freed:
-                    planned.setdefault(h, []).append((now, now + limit))
+                    bisect.insort(planned.setdefault(h, []), (now, now + limit))
                     open_hosts.discard(h)
                 continue
             if not open_hosts:
@@ -831,7 +834,7 @@ class Simulator:
                 continue
             self.bf_reservations += 1
             for h in chosen:
-                planned.setdefault(h, []).append((start, start + limit))
+                bisect.insort(planned.setdefault(h, []), (start, start + limit))
                 if start < soon:
                     open_hosts.discard(h)
         if started:
@@ -866,22 +869,27 @@ class Simulator:
                 if r.job_id == j.id or spec.user in r.users or r.end <= now:
                     continue
                 for h in r.hosts:
-                    claims.setdefault(h, []).append((r.start, r.end))
+                    bisect.insort(claims.setdefault(h, []), (r.start, r.end))
         ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
 
         def clear_from(h: int, t: float) -> float:
-            for s0, e0 in sorted(claims.get(h, ())):
-                if s0 < t + limit and e0 > t:
+            # Claims are kept sorted by start.
+            for s0, e0 in claims[h]:
+                if s0 >= t + limit:
+                    break
+                if e0 > t:
                     t = e0
             return t
 
         if n == 1:
             best = (math.inf, 0, -1)
             for h, t in enumerate(ready):
-                if t >= best[0] or t > window_end:
+                if t > best[0] or t > window_end:
                     continue
                 if h in claims:
                     t = clear_from(h, t)
+                    if t > best[0]:
+                        continue
                 cand = (t, steps.free_at(h, t), h)
                 if cand < best:
                     best = cand
