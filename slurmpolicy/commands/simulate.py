@@ -93,6 +93,8 @@ def _loads(text: str) -> list[float]:
 @click.option("--load-scale", "load_text", default="1", show_default=True, metavar="X[,X...]",
               help="Divide arrival times by X (2: twice the load); several, comma-separated, "
                    "run each.")
+@click.option("--month", default="", metavar="YYYY-MM",
+              help="Philly traces: replay only the jobs submitted in this month.")
 @click.option("--production-fraction", type=click.FloatRange(0, 1), default=0.15,
               show_default=True, help="Share of jobs made production when the trace has no class.")
 @click.option("--grace-time", type=click.FloatRange(min=0), default=150.0, show_default=True,
@@ -114,7 +116,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, with_requeue: bool, seed: int,
              as_json: bool, plot_dir: str | None, limit: int | None, load_text: str,
-             production_fraction: float, grace_time: float, bf_interval: float,
+             month: str, production_fraction: float, grace_time: float, bf_interval: float,
              bf_max_job_test: int, plan_refresh: float, workers: int | None) -> None:
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
@@ -127,6 +129,9 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     if fmt != "synthetic" and not trace_path:
         raise click.UsageError("--trace FILE is required (or --format synthetic)")
     loads = _loads(load_text)
+    if month and not (len(month) == 7 and month[4] == "-" and month.replace("-", "").isdigit()):
+        raise click.BadParameter(f"{month!r}: give a month as YYYY-MM (e.g. 2017-10)",
+                                 param_hint="--month")
     table, fabric = _hosts_and_fabric(fabric_file, hosts, gpus_per_host, hosts_per_leaf,
                                       hosts_per_nvlink, leaves_per_spine)
     slurm = SlurmModel(grace_time=grace_time, bf_interval=bf_interval,
@@ -137,7 +142,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     size = 0
     for load in loads:
         rules = TraceRules(seed=seed, load_scale=load, gpus_per_host=max(table.gpus),
-                           production_fraction=production_fraction,
+                           production_fraction=production_fraction, month=month,
                            classes=tuple(settings.classes), default_class=settings.default_class)
         trace = load_trace(trace_path, fmt, rules, limit)
         if not trace:

@@ -156,24 +156,27 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for key, name, bound, kind in TARGETS:
         a, b = mine[key], theirs[key]
+        ratio: float | None
         if b == 0:
-            ratio = 0.0 if a == 0 else math.inf
+            ratio = None if a == 0 else math.inf  # nothing to compare / none vs some
         else:
             ratio = a / b
-        met = ratio <= bound if kind == "max" else ratio >= bound
-        if kind == "max" and a == 0:
+        if ratio is None:
             met = True
+        else:
+            met = ratio <= bound if kind == "max" else ratio >= bound
         fmt = (lambda v: f"{v:.1%}") if key == "alloc" else (
             _dur if key in ("prod_p95", "jct") else (lambda v: f"{v:,.1f}"))
         want = f"<= {bound:g}x" if kind == "max" else f">= {bound:g}x"
-        if met:
+        if met or ratio is None:
             gap = ""
         elif math.isinf(ratio):
             gap = f"{fmt(a)} where the baseline has none"
         else:
             gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
         rows.append({"key": key, "target": f"{name} {want}", "slurmpolicy": fmt(a),
-                     "baseline": fmt(b), "ratio": None if math.isinf(ratio) else ratio,
+                     "baseline": fmt(b),
+                     "ratio": None if ratio is None or math.isinf(ratio) else ratio,
                      "met": met, "gap": gap})
     return rows
 
