@@ -107,7 +107,7 @@ def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
             cells.append(f"{t['slurmpolicy']} vs {t['baseline']} ({ratio}): "
                          + ("met" if t["met"] else f"**missed**, {t['gap']}"))
         targets.append(f"| {t0['target']} | " + " | ".join(cells) + " |")
-    full = "\n".join(out + ["", *targets])
+    full = "\n".join([*out, "", *targets])
     return full, "\n".join([head, "", *targets])
 
 

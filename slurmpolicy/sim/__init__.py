@@ -56,6 +56,7 @@ def replay(
     raw.wall_seconds = time.perf_counter() - started
     raw.cpu_seconds = time.process_time() - cpu
     raw.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    if sim.driver is not None:
-        raw.actions = dict(sim.driver.actions_applied)
+    applied = getattr(sim.driver, "actions_applied", None)
+    if applied is not None:
+        raw.actions = dict(applied)
     return raw, summarize(raw)

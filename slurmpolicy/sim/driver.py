@@ -56,6 +56,7 @@ from slurmpolicy.policy.actions import (
 )
 from slurmpolicy.sim.engine import SimJob, Simulator
 
+
 class PolicyUnavailable(ConfigError):
     """The policy package has no plan() to drive."""
 
@@ -109,7 +110,7 @@ class PolicyDriver:
         if self.sim.settings.plugin.set_site_factor:
             cls = self.sim.settings.classes.get(job.spec.job_class)
             if cls is not None and cls.weight > 0:
-                self.sim.set_site_factor(job, cls.weight)
+                job.site_factor = cls.weight  # before it is queued: no re-sort
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:

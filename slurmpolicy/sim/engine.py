@@ -386,6 +386,8 @@ class Simulator:
         self.events = 0
         self._progress = progress
         self.benefit_delays: list[float] = []
+        self._resv_version = 0
+        self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill
@@ -849,6 +851,28 @@ class Simulator:
             end = min(end, r.signal_at + self.slurm.grace_time)
         return end
 
+    def _reservation_claims(self, j: SimJob, now: float) -> dict[int, list[tuple[float, float]]]:
+        """Our reservations as claims on their hosts, for a job they keep out
+        (not its own, not naming its user); one answer per user in a pass."""
+        if not self.reservations:
+            return {}
+        key = (j.spec.user, now, self._resv_version)
+        if j.resv is None:
+            hit = self._resv_claims.get(key)
+            if hit is not None:
+                return hit
+        extra: dict[int, list[tuple[float, float]]] = {}
+        for r in self.reservations.values():
+            if r.job_id == j.id or j.spec.user in r.users or r.end <= now:
+                continue
+            for h in r.hosts:
+                bisect.insort(extra.setdefault(h, []), (r.start, r.end))
+        if j.resv is None:
+            if len(self._resv_claims) > 256:
+                self._resv_claims.clear()
+            self._resv_claims[key] = extra
+        return extra
+
     def _earliest(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
                   steps: _FreeSteps, window_end: float,
                   limit: float) -> tuple[float, list[int]]:
@@ -862,23 +886,21 @@ class Simulator:
         now = self.now
         spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
-        claims = planned
-        if self.reservations:
-            claims = {h: list(c) for h, c in planned.items()}
-            for r in self.reservations.values():
-                if r.job_id == j.id or spec.user in r.users or r.end <= now:
-                    continue
-                for h in r.hosts:
-                    bisect.insort(claims.setdefault(h, []), (r.start, r.end))
+        extra = self._reservation_claims(j, now)
         ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
 
         def clear_from(h: int, t: float) -> float:
-            # Claims are kept sorted by start.
-            for s0, e0 in claims[h]:
-                if s0 >= t + limit:
-                    break
-                if e0 > t:
-                    t = e0
+            # Both lists are sorted by start; repeat until no claim overlaps.
+            lists = (planned.get(h), extra.get(h))
+            moved = True
+            while moved:
+                moved = False
+                for claims in lists:
+                    for s0, e0 in claims or ():
+                        if s0 >= t + limit:
+                            break
+                        if e0 > t:
+                            t, moved = e0, True
             return t
 
         if n == 1:
@@ -886,7 +908,7 @@ class Simulator:
             for h, t in enumerate(ready):
                 if t > best[0] or t > window_end:
                     continue
-                if h in claims:
+                if h in planned or h in extra:
                     t = clear_from(h, t)
                     if t > best[0]:
                         continue
@@ -897,9 +919,10 @@ class Simulator:
                 return math.inf, []
             return best[0], [best[2]]
         times = sorted({t for t in ready if t <= window_end}
-                       | {e for h, c in claims.items() for _, e in c if now < e <= window_end})
+                       | {e for c in (*planned.values(), *extra.values())
+                          for _, e in c if now < e <= window_end})
         for t in times:
-            ok = [rt <= t and (h not in claims or clear_from(h, t) == t)
+            ok = [rt <= t and ((h not in planned and h not in extra) or clear_from(h, t) == t)
                   for h, rt in enumerate(ready)]
             if sum(ok) < n:
                 continue
@@ -1029,6 +1052,7 @@ class Simulator:
         j = self.by_id.get(job_id)
         users = (j.spec.user,) if j is not None else ()
         self.reservations[name] = SimReservation(name, idx, start, end, job_id, users)
+        self._resv_version += 1
         if j is not None and j.state == PENDING:
             j.resv = name
         self.kick()
@@ -1039,6 +1063,7 @@ class Simulator:
         r = self.reservations.pop(name, None)
         if r is None:
             return
+        self._resv_version += 1
         j = self.by_id.get(r.job_id)
         if j is not None and j.resv == name:
             j.resv = None

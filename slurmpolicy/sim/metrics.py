@@ -156,15 +156,9 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for key, name, bound, kind in TARGETS:
         a, b = mine[key], theirs[key]
-        ratio: float | None
-        if b == 0:
-            ratio = None if a == 0 else math.inf  # nothing to compare / none vs some
-        else:
-            ratio = a / b
-        if ratio is None:
-            met = True
-        else:
-            met = ratio <= bound if kind == "max" else ratio >= bound
+        # b == 0: nothing to compare when a == 0 too (None), else some vs none (inf).
+        ratio = (None if a == 0 else math.inf) if b == 0 else a / b
+        met = ratio is None or (ratio <= bound if kind == "max" else ratio >= bound)
         fmt = (lambda v: f"{v:.1%}") if key == "alloc" else (
             _dur if key in ("prod_p95", "jct") else (lambda v: f"{v:,.1f}"))
         want = f"<= {bound:g}x" if kind == "max" else f">= {bound:g}x"
