@@ -108,29 +108,27 @@ def test_a_script_without_directives_is_left_alone(cluster):
     assert own_line(cluster, job, "AdminComment") is None
 
 
-def site_factor(cluster: LiveCluster, job: int) -> int | None:
-    """The job's site factor as sprio prints it (what the daemon's adapter reads)."""
-    proc = cluster.slurm_cmd("sprio", "-h", "-j", str(job), "-o", "%i|%S")
-    for line in proc.stdout.splitlines():
-        jid, _, value = line.strip().partition("|")
-        if jid == str(job):
-            return int(value)
-    return None
-
-
 def test_the_class_weight_is_the_site_factor_from_submission(cluster):
     """A production job has its class standing in Slurm before any daemon cycle:
-    the plugin sets the site factor, which only it may set at submit."""
-    later = ("--begin=now+1hour",)  # pending (not held), so that sprio lists it
-    prod = submitted(sbatch_free(cluster, VALID["every directive"], *later))
-    research = submitted(sbatch_free(cluster, VALID["space separated"], *later))
-    plain = submitted(sbatch_free(cluster, "#!/bin/bash\n#SBATCH -N 1\ntrue\n", *later))
-    assert site_factor(cluster, prod) == SITE.classes["production"].weight
-    assert site_factor(cluster, research) == SITE.classes["research"].weight
-    # No directives: the default class, as the daemon reads such a job.
-    assert site_factor(cluster, plain) == SITE.classes[SITE.default_class].weight
-    # A user's own --site-factor-like attempt is not possible: sbatch has no such
-    # option, and Slurm resets the field before the plugin runs (job_submit.c).
+    the plugin sets the site factor (slurmctld lets only the job_submit plugin
+    set it at submit), and priority/multifactor adds it to the priority.
+
+    Pairs of jobs alike but for their class (same account, partition, size,
+    begin time a while away so that age plays no part) differ in priority by
+    exactly the difference of their class weights."""
+    later = ("--begin=now+1hour",)
+
+    def priority(head: str, cls: str) -> int:
+        job = submitted(sbatch_free(cluster, f"#!/bin/bash\n{head}#SPOLICY --class={cls}\ntrue\n",
+                                    *later))
+        return int(cluster.scontrol_show_job(job)["Priority"])
+
+    prod = "#SBATCH --account=prod\n#SBATCH --partition=prod\n"
+    weights = SITE.classes
+    assert (priority(prod, "production") - priority(prod, "experimental")
+            == weights["production"].weight - weights["experimental"].weight)
+    assert (priority("", "research") - priority("", "experimental")
+            == weights["research"].weight - weights["experimental"].weight)
 
 
 def sbatch_free(cluster: LiveCluster, script: str | bytes, *args: str):
