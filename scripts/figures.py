@@ -123,12 +123,14 @@ def splice(path: Path, name: str, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the simulator's figures.")
     ap.add_argument("--limit", type=int, default=None,
-                    help="replay only the first N jobs (a quick try; the docs are not changed)")
+                    help="replay only the first N jobs (the header says so)")
+    ap.add_argument("--dry", action="store_true",
+                    help="write the plots and tables under docs/figures/trial, not into the docs")
     ap.add_argument("--month", default="", help="replay one month only (YYYY-MM)")
     args = ap.parse_args(argv)
     extra = (["--limit", str(args.limit)] if args.limit else []) + (
         ["--month", args.month] if args.month else [])
-    trial = bool(extra)
+    trial = args.dry
     plots = OUT / ("trial" if trial else "")
     rev = commit()
     data, wall = simulate(extra, plots)
