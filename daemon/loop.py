@@ -1,6 +1,8 @@
 """The daemon's main loop: read, plan, execute, record; again.
 
-Owns the cycle and the process's life: the state-directory lock, signals
+Owns the cycle and the process's life: the state-directory lock, the
+cluster-wide lease (:mod:`slurmpolicy.daemon.lease`: a daemon that does not
+hold it stands by and changes nothing), signals
 (SIGTERM/SIGINT: finish the current step and exit; SIGHUP: reload settings
 and fabric), systemd notify and watchdog, back-off when Slurm does not
 answer, the metrics endpoint, and the fair-share usage accounting that the
@@ -9,6 +11,7 @@ journal keeps between cycles.
 One cycle::
 
     snapshot = client.snapshot()           # skipped if stale or Slurm is down
+    lease.check(snapshot)                  # standing by: nothing more this cycle
     executor.reconcile(snapshot)           # journal <- what Slurm shows
     fabric = (re)load when changed         # topology sources
     plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
@@ -16,6 +19,15 @@ One cycle::
 
 Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
 signalled victim awaits its requeue (so an ack is acted on within seconds).
+
+A failed cycle is one log line naming what failed and the fix, and is
+counted by reason (``slurmpolicy_cycle_failures{reason=...}``). Slurm being
+away is waited out (back-off, watchdog still fed: a restart would not help).
+A daemon that cannot do its own job (journal unwritable, corrupt or full,
+fabric or internal errors) for ``UNHEALTHY_AFTER`` cycles in a row stops
+feeding the systemd watchdog, so that systemd sees it fail rather than a
+daemon that pretends; a settings reload that fails keeps the last good
+settings and says why in the log and in ``slurmpolicy_settings_stale``.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -31,33 +44,67 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import msgspec
+
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
+from slurmpolicy.daemon.lease import Lease
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
-from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
+from slurmpolicy.errors import (
+    ConfigError,
+    JournalError,
+    SlurmError,
+    SlurmPolicyError,
+    SlurmUnavailable,
+    TopologyError,
+)
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import VictimState
 from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.settings import Settings
 from slurmpolicy.slurm.client import SlurmClient
-from slurmpolicy.store import Journal
+from slurmpolicy.store import Journal, journal_failure
 
 log = logging.getLogger("slurmpolicy.daemon")
 
 Planner = Callable[..., Any]
+#: Own failures in a row after which the systemd watchdog is no longer fed.
+UNHEALTHY_AFTER = 3
+#: Failure reasons that are Slurm's, not the daemon's: waited out, watchdog fed.
+EXTERNAL = frozenset({"slurm_unavailable", "snapshot_stale"})
 FabricLoader = Callable[[Snapshot, Settings], Any]
 
 
 @dataclass
 class CycleResult:
-    #: "ok", "stale" (snapshot too old), "unavailable" (Slurm did not answer), "error"
+    #: "ok", "stale" (snapshot too old), "unavailable" (Slurm did not answer), "error",
+    #: "standby" (another daemon holds the cluster's lease)
     result: str
     seconds: float
     report: CycleReport | None = None
     actions: int = 0
     message: str = ""
+    #: Why it failed, for the metrics: slurm_unavailable, snapshot_stale,
+    #: journal_corrupt, journal_readonly, journal_full, journal, fabric,
+    #: settings, slurm_error, internal; "" when it did not.
+    reason: str = ""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The metrics label of what made a cycle fail."""
+    if isinstance(exc, SlurmUnavailable):
+        return "slurm_unavailable"
+    if isinstance(exc, JournalError):
+        return exc.reason
+    if isinstance(exc, TopologyError):
+        return "fabric"
+    if isinstance(exc, ConfigError):
+        return "settings"
+    if isinstance(exc, SlurmError):
+        return "slurm_error"
+    return "internal"
 
 
 def slurm_conf_path() -> Path | None:
@@ -126,12 +173,23 @@ class Daemon:
         self.executor: Executor | None = None
         self.fabric: Any = None
         self._fabric_key: tuple[Any, ...] | None = None
+        #: Why the sources' latest change was refused while the last good fabric is kept
+        #: ("" when the fabric in use is the sources' latest).
+        self.fabric_refused = ""
         self._stop = threading.Event()
         self._reload = False
         self._failures = 0
+        #: Failed cycles in a row whose cause is the daemon's own (see EXTERNAL).
+        self.own_failures = 0
         self.cycles = 0
         self._last_watchdog = 0.0
         self._last_prune = 0.0
+        #: Why the fabric sources were last refused ("" when the fabric in use is current).
+        self.fabric_error = ""
+        self.lease: Lease | None = None
+        self._last_snapshot: Snapshot | None = None
+        self._standby_said = ""
+        self._lease_said = ""
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -163,6 +221,10 @@ class Daemon:
             self.executor = Executor(self.client, self.journal, self.settings,
                                      dry_run=self.dry_run, clock=self.clock)
             self.executor.should_stop = self._stop.is_set
+            if not self.dry_run and self.settings.daemon.lease_ttl > 0:
+                self.lease = Lease(self.client, self.settings.reservations.name_prefix,
+                                   lease_ttl(self.settings), token=self._lease_token(),
+                                   user=_user_name())
             if self.serve_metrics and self.settings.metrics.enabled:
                 try:
                     self.metrics.serve(self.settings.metrics.bind, self.settings.metrics.port)
@@ -174,6 +236,24 @@ class Daemon:
         except BaseException:
             self.close()
             raise
+
+    def _lease_token(self) -> int | None:
+        """This state directory's lease token: a restarted daemon knows its lease."""
+        assert self.journal is not None
+        text = self.journal.get_meta("lease_token")
+        if text and text.isdigit():
+            return int(text)
+        lease = Lease(self.client, "", 1.0)  # draws a token
+        self.journal.set_meta("lease_token", str(lease.token))
+        return lease.token
+
+    def _release_lease(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            self.lease.release(self._last_snapshot)
+        except Exception as exc:  # it expires by itself; never block a stop
+            log.warning("lease not released: %s", exc)
 
     def close(self) -> None:
         self.metrics.stop()
@@ -204,13 +284,15 @@ class Daemon:
                     # A bug in a planner or adapter must not stop the daemon: the
                     # journal is consistent after every step, so back off and retry.
                     log.exception("cycle %d failed unexpectedly", self.cycles)
-                    result = self._fail("error", f"internal error: {exc!r}", time.monotonic())
+                    result = self._finish(self._fail("error", f"internal error: {exc!r}",
+                                                     time.monotonic(), "internal"))
                 self._prune()
                 self.notifier.status(self._status_line(result))
                 if once:
                     status = 0 if result.result == "ok" else 1
                     break
                 self._sleep(self._delay(result))
+            self._release_lease()
             self.notifier.stopping("stopping; in-flight preemptions stay in the journal")
             log.info("slurmpolicy daemon stopped")
             return status
@@ -240,6 +322,9 @@ class Daemon:
 
     def _delay(self, result: CycleResult) -> float:
         interval = self.settings.daemon.interval
+        if result.result == "standby" and self.lease is not None:
+            # Look often enough to take over within the lease's bound.
+            return min(interval, max(1.0, self.lease.ttl / 3))
         if result.result in ("unavailable", "stale", "error"):
             # Bounded exponential back-off: interval, 2x, 4x ... up to max_backoff.
             return min(self.settings.daemon.max_backoff,
@@ -276,7 +361,15 @@ class Daemon:
                 self._feed_watchdog()
             self._stop.wait(step)
 
+    @property
+    def healthy(self) -> bool:
+        """False once the daemon's own failures ran UNHEALTHY_AFTER cycles in a row."""
+        return self.own_failures < UNHEALTHY_AFTER
+
     def _feed_watchdog(self) -> None:
+        if not self.healthy:
+            # Let systemd see a daemon that cannot do its job (WatchdogSec=).
+            return
         self.notifier.watchdog()
         self._last_watchdog = time.monotonic()
 
@@ -289,10 +382,18 @@ class Daemon:
         try:
             fresh = settings_mod.load(self.settings_path)
         except ConfigError as exc:
-            log.error("settings not reloaded, keeping the old ones: %s", exc)
+            log.error("settings not reloaded, keeping the last good ones: %s", exc)
+            self.metrics.settings_refused(str(exc))
         else:
             if fresh.daemon.state_dir != self.settings.daemon.state_dir:
                 log.error("daemon.state_dir changed; it takes effect only on restart")
+                # The journal and the lock stay where they are until then.
+                fresh = msgspec.structs.replace(
+                    fresh, daemon=msgspec.structs.replace(
+                        fresh.daemon, state_dir=self.settings.daemon.state_dir))
+            if fresh.metrics != self.settings.metrics:
+                log.warning("metrics settings changed; they take effect only on restart")
+            self.metrics.settings_accepted()
             self.settings = fresh
             if self.executor is not None:
                 self.executor.settings = fresh
@@ -305,15 +406,57 @@ class Daemon:
         nodes = tuple((n.name, n.gpus, n.features) for n in snapshot.nodes)
         key = (stamps, nodes)
         if self.fabric is None or key != self._fabric_key:
-            self.fabric = self.fabric_loader(snapshot, self.settings)
+            try:
+                fresh = self.fabric_loader(snapshot, self.settings)
+            except SlurmPolicyError as exc:  # TopologyError, ConfigError: refused sources
+                if self.fabric is None:
+                    raise  # nothing to steer with: the cycle fails and says why
+                # A source Slurm would refuse too (or a half-written file): keep steering
+                # with the last fabric that was read, and say so once per change.
+                self._fabric_key = key
+                self.fabric_refused = str(exc)
+                self.fabric_error = str(exc)
+                kept = len(getattr(self.fabric, "hosts", ()))
+                log.error("fabric sources changed but were refused; keeping the last good"
+                          " fabric (%d hosts): %s", kept, exc)
+                self._journal_fabric(f"sources changed but were refused: {exc}; keeping the"
+                                     f" last good fabric ({kept} hosts)", "kept last good")
+                return self.fabric
+            self.fabric = fresh
             self._fabric_key = key
+            if self.fabric_refused:
+                log.info("fabric sources read again; the refusal is over")
+            self.fabric_refused = ""
+            self.fabric_error = ""
             log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
+            # What Slurm also accepts with a warning (a node under two leaves, names
+            # slurm.conf lacks, ...): said once per load; counted every cycle.
+            warnings = list(getattr(fresh, "warnings", ()))
+            for warning in warnings:
+                log.warning("fabric: %s", warning)
+            self._journal_fabric(
+                f"fabric read: {len(getattr(fresh, 'hosts', ()))} hosts, {len(warnings)}"
+                " warning(s)" + (f"; first: {warnings[0]}" if warnings else ""), "loaded",
+                {"warnings": warnings})
         return self.fabric
+
+    def _journal_fabric(self, reason: str, outcome: str,
+                        detail: dict[str, Any] | None = None) -> None:
+        """Every (re)load and every refusal is a decision: journalled with its reason."""
+        if self.journal is None:
+            return
+        try:
+            self.journal.audit("fabric", reason, outcome, detail=detail, dry_run=self.dry_run)
+        except Exception as exc:  # a full disk must not stop the policy
+            log.error("fabric decision not journalled: %s", exc)
 
     def _in_flight(self) -> int:
         if self.journal is None:
             return 0
-        return len(self.journal.preemptions(open_only=True))
+        try:
+            return len(self.journal.preemptions(open_only=True))
+        except sqlite3.Error:  # the cycle already said what is wrong with the journal
+            return 0
 
     def cycle(self) -> CycleResult:
         """One pass; never raises for Slurm being away (it backs off instead)."""
@@ -327,13 +470,24 @@ class Daemon:
             snapshot = self.client.snapshot()
         except SlurmUnavailable as exc:
             return self._finish(self._fail("unavailable", f"Slurm does not answer: {exc}",
-                                           started))
+                                           started, "slurm_unavailable"))
         now = self.clock()
         age = now - snapshot.taken_at
         if age > self.settings.daemon.max_snapshot_age:
             return self._finish(self._fail(
                 "stale", f"snapshot is {age:.0f}s old (limit "
-                f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
+                f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started,
+                "snapshot_stale"))
+        self._last_snapshot = snapshot
+        if self.lease is not None:
+            try:
+                active = self.lease.check(snapshot, now)
+            except SlurmUnavailable as exc:
+                return self._finish(self._fail("unavailable",
+                                               f"Slurm does not answer: {exc}", started))
+            self._say_lease()
+            if not active:
+                return self._finish(self._standby(started))
         try:
             report = self.executor.reconcile(snapshot, now)
             self._account_usage(snapshot, now)
@@ -347,17 +501,62 @@ class Daemon:
         except SlurmUnavailable as exc:
             return self._finish(self._fail("unavailable",
                                            f"Slurm stopped answering mid-cycle: {exc}", started))
+        except sqlite3.Error as exc:
+            failure = journal_failure(self.journal.path, exc)
+            return self._finish(self._fail("error", f"cycle failed: {failure}", started,
+                                           failure.reason))
+        except OSError as exc:  # the state directory (fabric files are read as TopologyError)
+            failure = journal_failure(self.journal.path, exc)
+            return self._finish(self._fail("error", f"cycle failed: {failure}", started,
+                                           failure.reason))
         except SlurmPolicyError as exc:
-            log.error("cycle failed: %s", exc)
-            return self._finish(self._fail("error", str(exc), started))
+            return self._finish(self._fail("error", f"cycle failed: {exc}", started,
+                                           failure_reason(exc)))
         self._failures = 0
         result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
         return self._finish(result, snapshot, fabric, now)
 
-    def _fail(self, kind: str, message: str, started: float) -> CycleResult:
+    def _say_lease(self) -> None:
+        """Keep the lease's state in the journal for `daemon status` (on change only)."""
+        assert self.lease is not None and self.journal is not None
+        said = self.lease.status.split(",")[0]
+        if said != self._lease_said:
+            self._lease_said = said
+            try:
+                self.journal.set_meta("lease_status", said)
+            except Exception as exc:  # for people only; never fatal
+                log.warning("lease status not written: %s", exc)
+
+    def _standby(self, started: float) -> CycleResult:
+        """Another daemon holds the lease: change nothing; say so once."""
+        assert self.lease is not None
+        self._failures = 0
+        status = self.lease.status
+        said = status.split(",")[0]
+        if said != self._standby_said:
+            log.warning("%s", status)
+            self._standby_said = said
+        return CycleResult("standby", time.monotonic() - started, None, 0, status)
+
+    def _fail(self, kind: str, message: str, started: float,
+              reason: str = "slurm_unavailable") -> CycleResult:
         self._failures += 1
-        log.warning("%s", message)
-        return CycleResult(kind, time.monotonic() - started, None, 0, message)
+        if reason in EXTERNAL:
+            log.warning("%s", message)
+        else:
+            log.error("%s", message)
+        return CycleResult(kind, time.monotonic() - started, None, 0, message, reason)
+
+    def _observe_failure(self, result: CycleResult) -> None:
+        """Count the daemon's own failures in a row; say when the watchdog starves."""
+        if not result.reason or result.reason in EXTERNAL:
+            self.own_failures = 0 if not result.reason else self.own_failures
+            return
+        self.own_failures += 1
+        if self.own_failures == UNHEALTHY_AFTER:
+            log.error("%d cycles in a row failed (%s); no longer feeding the systemd"
+                      " watchdog", UNHEALTHY_AFTER, result.reason)
+        self.metrics.healthy.set(1 if self.healthy else 0)
 
     def _finish(self, result: CycleResult, snapshot: Snapshot | None = None,
                 fabric: Any = None, now: float | None = None) -> CycleResult:
@@ -365,13 +564,33 @@ class Daemon:
         figures = []
         if snapshot is not None:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+        if self.fabric is not None:
+            figures += [
+                ("slurmpolicy_fabric_warnings", {},
+                 float(len(getattr(self.fabric, "warnings", ())))),
+                ("slurmpolicy_fabric_refused", {}, 1.0 if self.fabric_refused else 0.0)]
+        if result.reason:
+            self._observe_failure(result)
+        in_flight = self._in_flight()
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
-                                             in_flight=self._in_flight(), figures=figures)
+                                             in_flight=in_flight, figures=figures,
+                                             failure=result.reason)
         try:
             self.journal.record_metrics(history, at=self.clock())
         except Exception as exc:  # a full disk must not stop the policy
-            log.error("metrics history not written: %s", exc)
+            if not result.reason:
+                # The journal cannot record what the daemon does: a failed cycle.
+                failure = journal_failure(self.journal.path, exc)
+                log.error("cycle failed: metrics history not written: %s", failure)
+                result.result, result.reason, result.message = "error", failure.reason, str(
+                    failure)
+                self.metrics.failures.labels(reason=failure.reason).inc()
+                self._observe_failure(result)
+        if not result.reason and self.own_failures:
+            self.own_failures = 0
+            self.metrics.healthy.set(1)
+            self._feed_watchdog()  # able again: let systemd know at once
         return result
 
     def _account_usage(self, snapshot: Snapshot, now: float) -> None:
@@ -383,3 +602,27 @@ class Daemon:
         fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
         self.journal.set_usage(fresh, now)
         self.journal.forget_jobs(j.job_id for j in snapshot.jobs)
+        # Each job id's identity (cluster, first submit): a reused id starts clean.
+        reused = self.journal.note_jobs(snapshot.cluster_name, snapshot.jobs, now)
+        if reused:
+            log.info("job id(s) %s now name other jobs; their earlier records stay with "
+                     "the old ones", ", ".join(map(str, reused[:10])))
+
+
+def _user_name() -> str:
+    """The daemon's own user: the lease reservation names it (Slurm wants a user)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return "root"
+
+
+def lease_ttl(settings: Settings) -> float:
+    """The lease's time to live: ``daemon.lease_ttl``, but at least three cycles.
+
+    The holder renews once per cycle at most; a shorter lease would lapse
+    between two of its cycles and be taken over while it is alive.
+    """
+    return max(settings.daemon.lease_ttl, 3 * settings.daemon.interval)

@@ -5,7 +5,11 @@ topology.conf and node features.
 
 This module owns the dev cluster's whole life: it writes the configuration,
 starts the daemons, waits until the nodes are idle, reports status, and stops
-exactly the processes it started (by pid files, never by process name).
+exactly the processes of its cluster: the daemons by pid file, their job step
+daemons and job processes by where they run (never by process name alone).
+It refuses a Slurm built without ``--enable-multiple-slurmd`` (several slurmd
+on one host need it), and ``up`` on a partly running cluster completes it
+without touching its jobs, or refuses.
 Everything lives under one state directory::
 
     STATE/devcluster.json   identity of the cluster (the marker)
@@ -23,6 +27,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import mmap
 import os
 import random
 import re
@@ -34,6 +39,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 from slurmpolicy.errors import DevClusterError
 from slurmpolicy.hostlist import compress
@@ -58,6 +64,77 @@ MUNGE_KEY = Path("/etc/munge/munge.key")
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeGroup:
+    """Further nodes beside the cluster's own (``DevCluster(groups=...)``), for pools:
+    another GPU type or vendor (``gpu_type="mi250"``), fake MIG slices
+    (``mig={"1g.10gb": 7}``: gres ``gpu:1g.10gb:7``, no device files, as with
+    ``AutoDetect=off``), shards over the whole GPUs (``shards=8``), and the
+    partition they form (created when it is new)."""
+
+    prefix: str
+    nodes: int = 1
+    #: Whole GPUs per node (fake devices), of ``gpu_type``.
+    gpus: int = 0
+    gpu_type: str = "h100"
+    #: MIG slice type -> slices per node.
+    mig: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: Shards per node (gres ``shard``), spread over its whole GPUs.
+    shards: int = 0
+    partition: str = ""
+    features: str = ""
+
+    def names(self) -> list[str]:
+        width = max(2, len(str(self.nodes)))
+        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.nodes + 1)]
+
+    def gres(self) -> str:
+        parts = [f"gpu:{self.gpu_type}:{self.gpus}"] if self.gpus else []
+        parts += [f"gpu:{t}:{n}" for t, n in self.mig.items()]
+        if self.shards:
+            parts.append(f"shard:{self.shards}")
+        return ",".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "mig": dict(self.mig)}
+
+
+def parse_node_group(text: str) -> NodeGroup:
+    """``prefix=amd,nodes=1,gpus=2,type=mi250,partition=amd`` (also ``mig=1g.10gb:7``,
+    repeatable, ``shards=N``, ``features=a,b``): a NodeGroup, or a one-line error."""
+    allowed = "prefix, nodes, gpus, type, mig=TYPE:N, shards, partition, features"
+    fields: dict[str, object] = {}
+    mig: dict[str, int] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            if "features" in fields:  # features=a,b: the rest are more features
+                fields["features"] = f"{fields['features']},{key}"
+                continue
+            raise DevClusterError(f"node group {text!r}: {part!r} is not KEY=VALUE; "
+                                  f"allowed keys: {allowed}")
+        try:
+            if key in ("nodes", "gpus", "shards"):
+                fields[key] = int(value)
+            elif key == "type":
+                fields["gpu_type"] = value
+            elif key in ("prefix", "partition", "features"):
+                fields[key] = value
+            elif key == "mig":
+                name, _, count = value.rpartition(":")
+                mig[name] = int(count)
+            else:
+                raise DevClusterError(f"node group {text!r}: unknown key {key!r}; "
+                                      f"allowed: {allowed}")
+        except ValueError:
+            raise DevClusterError(f"node group {text!r}: {key}={value!r} is not a whole "
+                                  "number") from None
+    if "prefix" not in fields:
+        raise DevClusterError(f"node group {text!r}: prefix= is missing; allowed: {allowed}")
+    return NodeGroup(mig=mig, **fields)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
 class DaemonStatus:
     """One daemon the dev cluster started: its name, pid (from its pid file) and liveness."""
 
@@ -78,6 +155,9 @@ class ClusterStatus:
     controller_responds: bool
     node_states: Mapping[str, str]
     munged: str
+    #: Live processes of the cluster besides the pid-file daemons: job step
+    #: daemons, job processes, slurmscriptd (``DevCluster.cluster_processes``).
+    other_processes: int = 0
 
     @property
     def running(self) -> bool:
@@ -106,6 +186,7 @@ class ClusterStatus:
             "slurmds": [dataclasses.asdict(d) for d in self.slurmds],
             "node_states": dict(self.node_states),
             "munged": self.munged,
+            "other_processes": self.other_processes,
         }
 
 
@@ -161,6 +242,84 @@ def find_slurm(prefix: Path | str | None = None) -> SlurmInstall:
                               f"{INSTALL_HINT}")
     return SlurmInstall(sbin=found["slurmctld"].parent, bin=found["scontrol"].parent,
                         plugin_dir=None)
+
+
+#: Compiled into Slurm's read_config.c only when MULTIPLE_SLURMD is undefined
+#: (``#if !defined(MULTIPLE_SLURMD)``, 22.05 and 25.11 alike; "NodeHostname" in
+#: older releases). Every build also holds node_conf.c's fatal "Duplicated
+#: NodeHostName %s in config file" (no "the"; a duplicate NodeName), so only
+#: the whole sentence tells the two builds apart.
+SINGLE_SLURMD_CHECK = re.compile(rb"Duplicated NodeHost[Nn]ame %s in the config file")
+#: What a single-slurmd build logs when it reads the dev cluster's slurm.conf.
+SINGLE_SLURMD_LOG = re.compile(r"Duplicated NodeHost[Nn]ame (\S+) in the config file")
+MULTIPLE_SLURMD_FIX = (
+    "rebuild it with `./configure --enable-multiple-slurmd` (scripts/build-slurm does), "
+    "or point --slurm-prefix at such a build"
+)
+
+
+def slurm_library(install: SlurmInstall) -> Path | None:
+    """The ``libslurmfull.so`` Slurm's daemons run with (read_config.c lives there),
+    or None when it cannot be found."""
+    if install.plugin_dir is not None and (install.plugin_dir / "libslurmfull.so").is_file():
+        return install.plugin_dir / "libslurmfull.so"
+    # A system install: ask the dynamic loader where slurmd's copy is.
+    ldd = shutil.which("ldd", path="/usr/bin:/bin")
+    if ldd is None:
+        return None
+    try:
+        out = subprocess.run([ldd, str(install.sbin / "slurmd")], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    m = re.search(r"libslurmfull\S*\s+=>\s+(\S+)", out)
+    return Path(m.group(1)) if m and Path(m.group(1)).is_file() else None
+
+
+def holds_single_slurmd_check(path: Path) -> bool:
+    """True when the binary at ``path`` has the one-slurmd-per-host check compiled in."""
+    with open(path, "rb") as f:
+        try:
+            data: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file cannot be mapped
+            data = b""
+        try:
+            return SINGLE_SLURMD_CHECK.search(data) is not None
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+
+
+def multiple_slurmd_support(install: SlurmInstall) -> tuple[bool | None, Path | None]:
+    """Whether this Slurm was configured with ``--enable-multiple-slurmd``, and the
+    file that says so: (True, lib), (False, lib) or (None, None) when no library was
+    found to read (``up`` then relies on slurmctld's log)."""
+    lib = slurm_library(install)
+    if lib is None:
+        # A static build carries read_config.c in the daemon itself.
+        slurmd = install.sbin / "slurmd"
+        if slurmd.is_file() and holds_single_slurmd_check(slurmd):
+            return False, slurmd
+        return None, None
+    return not holds_single_slurmd_check(lib), lib
+
+
+def single_slurmd_refusal(where: str, evidence: str) -> DevClusterError:
+    """The one-line refusal for a Slurm built without multiple-slurmd."""
+    return DevClusterError(
+        f"the Slurm at {where} was built without --enable-multiple-slurmd ({evidence}), "
+        f"and the dev cluster runs one slurmd per node on this one host: {MULTIPLE_SLURMD_FIX}"
+    )
+
+
+def check_multiple_slurmd(install: SlurmInstall) -> None:
+    """Refuse (DevClusterError) a Slurm built without ``--enable-multiple-slurmd``."""
+    ok, lib = multiple_slurmd_support(install)
+    if ok is False:
+        raise single_slurmd_refusal(
+            str(install.sbin.parent),
+            f"{lib} holds the one-slurmd-per-host check \"Duplicated NodeHostName ... "
+            "in the config file\"")
 
 
 def port_is_free(port: int) -> bool:
@@ -236,6 +395,30 @@ def _proc_cmdline(pid: int) -> str:
             errors="replace")
     except OSError:
         return ""
+
+
+def _where(prefix: object) -> str:
+    """A Slurm prefix as recorded or asked, for comparing and for messages."""
+    return str(Path(str(prefix)).expanduser().resolve()) if prefix else "the system's Slurm"
+
+
+def _proc_link(pid: int, what: str) -> str:
+    """``/proc/PID/exe`` or ``cwd`` ("" when gone or not ours to read)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/{what}")
+    except OSError:
+        return ""
+    # A binary replaced on disk (a reinstall) reads "... (deleted)".
+    return target.removesuffix(" (deleted)")
+
+
+def _within(path: str, root: Path) -> bool:
+    return bool(path) and (path == str(root) or path.startswith(f"{root}/"))
+
+
+#: Executables of the Slurm daemons a dev cluster runs (Debian names its
+#: step daemon slurmstepd-wlm; slurmscriptd is a slurmctld fork).
+_DAEMON_EXES = ("slurmctld", "slurmd", "slurmstepd")
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -391,6 +574,8 @@ class DevCluster:
         cpus_per_node: int | None = None,
         memory_mb: int = 64000,
         node_prefix: str = "gpu",
+        groups: Sequence[NodeGroup] = (),
+        partitions: Mapping[str, str] = MappingProxyType({}),
     ) -> None:
         if nodes < 1:
             raise DevClusterError(f"nodes must be at least 1, got {nodes}")
@@ -423,6 +608,20 @@ class DevCluster:
         self.cpus_per_node = cpus_per_node if cpus_per_node is not None else max(8, gpus_per_node)
         self.memory_mb = memory_mb
         self.node_prefix = node_prefix
+        # Pools (docs/pools.md): further node groups and partitions (name -> hostlist).
+        for group in groups:
+            if not re.fullmatch(r"[a-z][a-z-]*", group.prefix) or group.prefix == node_prefix:
+                raise DevClusterError(f"node group prefix {group.prefix!r} is not allowed: "
+                                      "letters and -, other than the cluster's own")
+            if not re.fullmatch(r"[A-Za-z0-9_]+", group.gpu_type) or not all(
+                    re.fullmatch(r"[A-Za-z0-9_.]+", t) for t in group.mig):
+                raise DevClusterError(f"node group {group.prefix}: GPU types are letters, "
+                                      "digits, _ (MIG types also .)")
+            if group.nodes < 1 or not 0 <= group.gpus <= 64 or group.shards < 0:
+                raise DevClusterError(f"node group {group.prefix}: nodes >= 1, gpus 0..64, "
+                                      "shards >= 0")
+        self.groups = tuple(groups)
+        self.partitions = dict(partitions)
         self._slurm: SlurmInstall | None = None
         self.munged = "unknown"
 
@@ -483,13 +682,18 @@ class DevCluster:
     # ---------------------------------------------------------------- shape
     @property
     def node_names(self) -> list[str]:
+        """The cluster's own nodes, then those of its node groups."""
+        return self.base_node_names + [n for g in self.groups for n in g.names()]
+
+    @property
+    def base_node_names(self) -> list[str]:
         width = max(2, len(str(self.nodes)))
         return [f"{self.node_prefix}{i:0{width}d}" for i in range(1, self.nodes + 1)]
 
     @property
     def rack_nodes(self) -> list[list[str]]:
         """Nodes of each rack, in order; racks as even as possible (earlier ones larger)."""
-        names = self.node_names
+        names = self.base_node_names
         base, extra = divmod(len(names), self.racks)
         out: list[list[str]] = []
         i = 0
@@ -569,7 +773,7 @@ class DevCluster:
 
     # ---------------------------------------------------------------- config
     def _choose_ports(self, marker: Mapping[str, object] | None) -> tuple[int, list[int]]:
-        n = self.nodes
+        n = len(self.node_names)
         if self.first_slurmd_port is not None:
             slurmd_ports = list(range(self.first_slurmd_port, self.first_slurmd_port + n))
         else:
@@ -638,14 +842,18 @@ class DevCluster:
             # Without it a job without --mem takes the whole node's memory.
             "DefMemPerCPU=1000",
             "PriorityType=priority/multifactor",
-            "PriorityWeightAge=1000",
+            # No PriorityWeightAge: without slurmdbd Slurm drops it (22.05 and 25.11
+            # alike log "PriorityWeightAge can only be used with SlurmDBD, ignoring").
+            # slurmpolicy's own aging ([aging]) goes into the site factor instead.
+            "# No PriorityWeightAge: Slurm ignores it without slurmdbd; slurmpolicy's "
+            "aging is part of the site factor.",
             "PriorityWeightJobSize=100",
             "PriorityWeightPartition=1000",
             "PriorityCalcPeriod=1",
             "PreemptType=preempt/partition_prio",
             "PreemptMode=REQUEUE",
             "JobRequeue=1",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if any(g.shards for g in self.groups) else "GresTypes=gpu",
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
             "JobSubmitPlugins=lua",
@@ -672,35 +880,75 @@ class DevCluster:
                     f"Gres=gpu:{self.gpu_type}:{self.gpus_per_node} "
                     f"Feature={self.features_of(r)} State=UNKNOWN"
                 )
-        all_nodes = compress(self.node_names)
+        for g in self.groups:
+            for node in g.names():
+                port = slurmd_ports[self.node_names.index(node)]
+                features = g.features or g.gpu_type
+                lines.append(
+                    f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+                    f"CPUs={self.cpus_per_node} RealMemory={self.memory_mb} "
+                    f"Gres={g.gres()} Feature={features},leaf_{g.prefix} State=UNKNOWN"
+                )
+        all_nodes = compress(self.base_node_names)
         lines += [
             f"PartitionName=prod Nodes={all_nodes} PriorityTier=10 PreemptMode=OFF "
             "MaxTime=7-00:00:00 State=UP",
             f"PartitionName=research Nodes={all_nodes} Default=YES PriorityTier=1 "
             "PreemptMode=REQUEUE MaxTime=2-00:00:00 State=UP",
         ]
+        extra: dict[str, list[str]] = {}
+        for name, hosts in self.partitions.items():
+            extra.setdefault(name, []).append(hosts)
+        for g in self.groups:
+            if g.partition:
+                extra.setdefault(g.partition, []).append(compress(g.names()))
+        for name, hosts_list in extra.items():
+            lines.append(f"PartitionName={name} Nodes={','.join(hosts_list)} PriorityTier=1 "
+                         "PreemptMode=REQUEUE MaxTime=2-00:00:00 State=UP")
         return "\n".join(lines) + "\n"
 
     def render_gres_conf(self) -> str:
         last = self.gpus_per_node - 1
         files = f"{self.dev_dir}/nvidia[0-{last}]" if last else f"{self.dev_dir}/nvidia0"
-        return (
+        text = (
             "AutoDetect=off\n"
-            f"NodeName={compress(self.node_names)} Name=gpu Type={self.gpu_type} File={files}\n"
+            f"NodeName={compress(self.base_node_names)} Name=gpu Type={self.gpu_type} "
+            f"File={files}\n"
         )
+        for g in self.groups:
+            names = compress(g.names())
+            if g.gpus:
+                last = g.gpus - 1
+                gfiles = f"{self.dev_dir}/nvidia[0-{last}]" if last else f"{self.dev_dir}/nvidia0"
+                text += f"NodeName={names} Name=gpu Type={g.gpu_type} File={gfiles}\n"
+            first = g.gpus
+            for mig_type, count in g.mig.items():
+                # Fake MIG slices: each its own fake device after the whole GPUs
+                # (slurmd wants File on all gpu records of a node or on none).
+                last = first + count - 1
+                mfiles = f"{self.dev_dir}/nvidia[{first}-{last}]" if last > first else \
+                    f"{self.dev_dir}/nvidia{first}"
+                text += f"NodeName={names} Name=gpu Type={mig_type} File={mfiles}\n"
+                first = last + 1
+            if g.shards:
+                text += f"NodeName={names} Name=shard Count={g.shards}\n"
+        return text
 
     def render_topology_conf(self) -> str:
         lines = [
             f"SwitchName=leaf{r} Nodes={compress(members)}"
             for r, members in enumerate(self.rack_nodes, start=1)
         ]
+        lines += [f"SwitchName=leaf_{g.prefix} Nodes={compress(g.names())}" for g in self.groups]
         leaves = f"leaf[1-{self.racks}]" if self.racks > 1 else "leaf1"
+        leaves += "".join(f",leaf_{g.prefix}" for g in self.groups)
         lines.append(f"SwitchName=spine Switches={leaves}")
         return "\n".join(lines) + "\n"
 
     def _make_devices(self) -> None:
         self.dev_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(self.gpus_per_node):
+        devices = max([self.gpus_per_node, *(g.gpus + sum(g.mig.values()) for g in self.groups)])
+        for i in range(devices):
             path = self.dev_dir / f"nvidia{i}"
             if path.exists():
                 st = path.stat()
@@ -757,6 +1005,8 @@ class DevCluster:
             "slurmd_ports": list(slurmd_ports),
             "slurm_prefix": str(self.slurm_prefix) if self.slurm_prefix else None,
             "node_names": self.node_names,
+            "groups": [g.to_dict() for g in self.groups],
+            "partitions": self.partitions,
         }
         self.marker.write_text(json.dumps(marker, indent=2) + "\n")
         os.chmod(self.marker, 0o644)
@@ -834,16 +1084,36 @@ class DevCluster:
         )
 
     def up(self, timeout: float = 90) -> ClusterStatus:
-        """Start the cluster (idempotent when it already runs) and wait until it is ready."""
+        """Start the cluster and wait until it is ready.
+
+        Idempotent when it already runs. On a partly running cluster (slurmctld up
+        and a slurmd dead, or the reverse) it starts only the missing daemons with
+        the configuration on disk, so that running jobs live on; when it cannot
+        (another shape asked, a port taken, slurmctld alive but mute) it refuses
+        with the reason. It never stops a job.
+        """
         marker = self._check_state_dir()
+        if marker is not None:
+            self._check_same_slurm(marker)
         slurm = self.slurm
         current = self.status() if marker is not None else None
         if current is not None and current.running:
             return current
-        if current is not None and not current.stopped:
-            # Half up (a daemon died): stop the rest, then start clean.
-            self.down()
+        check_multiple_slurmd(slurm)
+        if marker is not None and current is not None and not current.stopped:
+            return self._complete(marker, current, timeout)
+        if marker is not None:
+            leftovers = self.cluster_processes()
+            differences = self._shape_differences(marker)
+            if leftovers and differences:
+                raise DevClusterError(
+                    f"the dev cluster at {self.state_dir} has no daemon running but "
+                    f"{len(leftovers)} of its job processes still run (pids "
+                    f"{', '.join(map(str, sorted(leftovers)[:5]))}), and another shape was "
+                    f"asked ({'; '.join(differences)}): run `up` with its shape to take "
+                    "them back, or `devcluster down` first (which ends them)")
         self.munged = ensure_munged()
+        started: list[int] = []
         with _global_lock():
             ctld_port, slurmd_ports = self._choose_ports(marker)
             self.write_config(ctld_port, slurmd_ports)
@@ -856,26 +1126,148 @@ class DevCluster:
                     "note": "munged started by `devcluster up`; left running on down "
                             "(a shared system service)",
                 }) + "\n")
-            started: list[int] = []
             try:
                 started.append(self._start(
                     "slurmctld", [str(slurm.sbin / "slurmctld"), "-f", str(self.slurm_conf)],
                     self.ctld_pid_file, self.ctld_log))
                 self._wait_ctld(timeout=30)
+                self._check_single_slurmd_log()
                 for node in self.node_names:
                     started.append(self._start(
                         f"slurmd.{node}",
                         [str(slurm.sbin / "slurmd"), "-f", str(self.slurm_conf), "-N", node],
                         self.slurmd_pid_file(node), self.slurmd_log(node)))
             except BaseException:
-                self.down()
+                # Only what this call started: job processes an earlier run left
+                # (its daemons died under them) are not ours to end here.
+                self._stop(started)
                 raise
         try:
             self.wait_ready(timeout)
         except BaseException:
-            self.down()
+            self._stop(started)
             raise
         return self.status()
+
+    def _shape_differences(self, marker: Mapping[str, object]) -> list[str]:
+        """How the shape asked of this object differs from the one the state dir
+        records, as ``"nodes 3 (asked 8)"`` strings; [] when it is the same."""
+        out = []
+        for key in ("nodes", "gpus_per_node", "gpu_type", "racks", "cpus_per_node",
+                    "memory_mb", "node_prefix"):
+            recorded = marker.get(key)
+            if recorded is not None and recorded != getattr(self, key):
+                out.append(f"{key} {recorded} (asked {getattr(self, key)})")
+        if _where(marker.get("slurm_prefix")) != _where(self.slurm_prefix):
+            out.append(f"Slurm {_where(marker.get('slurm_prefix'))} "
+                       f"(asked {_where(self.slurm_prefix)})")
+        if self.ctld_port is not None and marker.get("ctld_port") not in (None, self.ctld_port):
+            out.append(f"ctld_port {marker.get('ctld_port')} (asked {self.ctld_port})")
+        ports = marker.get("slurmd_ports")
+        if (self.first_slurmd_port is not None and isinstance(ports, list) and ports
+                and ports[0] != self.first_slurmd_port):
+            out.append(f"first_slurmd_port {ports[0]} (asked {self.first_slurmd_port})")
+        return out
+
+    def _check_same_slurm(self, marker: Mapping[str, object]) -> None:
+        """Refuse to start another Slurm on the saved state of this one: slurmctld's
+        state files are its version's (an older one stops at "CLUSTER NAME MISMATCH",
+        a newer one reads at most two releases back)."""
+        recorded, asked = _where(marker.get("slurm_prefix")), _where(self.slurm_prefix)
+        saved = self.spool_dir / "slurmctld"
+        if recorded != asked and saved.is_dir() and any(saved.iterdir()):
+            option = (f"--slurm-prefix {recorded}" if marker.get("slurm_prefix")
+                      else "no --slurm-prefix")
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} keeps the saved state of {recorded} "
+                f"in {saved}, which {asked} cannot take over: run `up` with {option}, or "
+                "choose another --state-dir")
+
+    def _complete(self, marker: Mapping[str, object], current: ClusterStatus,
+                  timeout: float) -> ClusterStatus:
+        """Start the missing daemons of a partly running cluster, or refuse."""
+        daemons = [d for d in (current.slurmctld, *current.slurmds) if d is not None]
+        dead = [d.name for d in daemons if not d.alive]
+        state = (f"partly running: {', '.join(d.name for d in daemons if d.alive)} alive, "
+                 f"{', '.join(dead)} not")
+        advice = "`devcluster down` first stops it all (and ends its jobs)"
+        differences = self._shape_differences(marker)
+        if differences:
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} is {state}, and another shape was asked "
+                f"({'; '.join(differences)}): run `up` with its shape to complete it, or "
+                f"{advice}")
+        if not self.slurm_conf.is_file():
+            raise DevClusterError(f"the dev cluster at {self.state_dir} is {state}, and its "
+                                  f"{self.slurm_conf} is gone: {advice}")
+        ctld_port = marker.get("ctld_port")
+        ports = marker.get("slurmd_ports")
+        names = self._recorded_node_names(marker)
+        if not (isinstance(ctld_port, int) and isinstance(ports, list)
+                and len(ports) == len(names)):
+            raise DevClusterError(f"the dev cluster at {self.state_dir} is {state}, and "
+                                  f"{self.marker} does not record its ports: {advice}")
+        self.ctld_port = ctld_port
+        ctld_alive = current.slurmctld is not None and current.slurmctld.alive
+        if ctld_alive and not current.controller_responds:
+            with contextlib.suppress(DevClusterError):
+                self._wait_ctld(timeout=30)
+            if not self.controller_responds():
+                raise DevClusterError(
+                    f"the dev cluster at {self.state_dir} is {state}, and its slurmctld (pid "
+                    f"{current.slurmctld.pid if current.slurmctld else '?'}) is alive but does "
+                    f"not answer `scontrol ping` (see {self.ctld_log}): {advice}")
+        need = [] if ctld_alive else [("slurmctld", ctld_port)]
+        need += [(f"slurmd.{n}", int(p)) for n, p in zip(names, ports, strict=True)
+                 if f"slurmd.{n}" in dead]
+        busy = [f"{what} port {port}" for what, port in need if not port_is_free(port)]
+        if busy:
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} is {state}, and another process holds "
+                f"{', '.join(busy)}: free it, or {advice}")
+        self.munged = ensure_munged()
+        slurm = self.slurm
+        started: list[int] = []
+        with _global_lock():
+            try:
+                if not ctld_alive:
+                    started.append(self._start(
+                        "slurmctld", [str(slurm.sbin / "slurmctld"), "-f", str(self.slurm_conf)],
+                        self.ctld_pid_file, self.ctld_log))
+                    self._wait_ctld(timeout=30)
+                for node in names:
+                    if f"slurmd.{node}" in dead:
+                        started.append(self._start(
+                            f"slurmd.{node}",
+                            [str(slurm.sbin / "slurmd"), "-f", str(self.slurm_conf), "-N", node],
+                            self.slurmd_pid_file(node), self.slurmd_log(node)))
+            except BaseException:
+                # Stop only what this call started: the daemons that were running,
+                # and their jobs, stay as they were.
+                self._stop(started)
+                raise
+        # A failure here leaves the cluster as running as it got: nothing is stopped.
+        self.wait_ready(timeout)
+        return self.status()
+
+    def _stop(self, pids: Sequence[int]) -> None:
+        """SIGTERM daemons this object started, and wait until they are gone."""
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        self._wait_gone(pids, 30)
+
+    def _check_single_slurmd_log(self) -> None:
+        """Refuse when slurmctld's log shows a Slurm built for one slurmd per host."""
+        try:
+            text = self.ctld_log.read_text(errors="replace")
+        except OSError:
+            return
+        m = SINGLE_SLURMD_LOG.search(text)
+        if m:
+            raise single_slurmd_refusal(
+                str(self.slurm.sbin.parent),
+                f"slurmctld logged \"{m.group(0)}\" in {self.ctld_log}")
 
     def _wait_ctld(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -922,6 +1314,7 @@ class DevCluster:
                     and not any(b in s for s in states.values() for b in bad)):
                 return
             time.sleep(0.3)
+        self._check_single_slurmd_log()
         waiting = {n: s for n, s in states.items() if any(b in s for b in bad)}
         first = next(iter(waiting), self.node_names[0])
         raise DevClusterError(
@@ -987,32 +1380,91 @@ class DevCluster:
                                          time.localtime(float(info["started_at"])))
                     munged = (f"running (started by devcluster up at {when}, pid {info['pid']}; "
                               "left running: a shared system service)")
+        daemons = {d.pid for d in (ctld, *slurmds) if d.alive}
+        others = sum(1 for pid in self.cluster_processes() if pid not in daemons)
         return ClusterStatus(self.state_dir, self.cluster_name, True, ctld, slurmds, responds,
-                             states, munged)
+                             states, munged, others)
 
     # ---------------------------------------------------------------- down
-    def _tagged_pids(self) -> list[int]:
-        """Processes our daemons spawned (slurmstepd, slurmscriptd, ...): they inherit
-        the tag ``_daemon_env`` puts in the daemons' environment. Job processes do
-        not (they get the submitter's environment); they are found under slurmstepd."""
+    def cluster_processes(self) -> dict[int, str]:
+        """Every live process of this cluster except the pid-file daemons' own
+        identity check: pid -> why it belongs here.
+
+        A process belongs to this cluster when it is
+        - a Slurm daemon (slurmctld, slurmd, slurmstepd, slurmscriptd) whose working
+          directory is in the state dir (slurmd and slurmctld run in ``STATE/log``;
+          the step daemons inherit it), or whose command line names our slurm.conf;
+        - tagged ``SLURMPOLICY_DEVCLUSTER=STATE`` in its environment (22.05's
+          slurmstepd keeps it; 25.11's overwrites its environment with its title);
+        - a job process: its environment has our ``SLURM_CONF`` and the
+          ``SLURM_JOB_ID`` and ``SLURMD_NODENAME`` a step daemon sets (this finds
+          job processes whose slurmstepd is already gone; a shell that merely
+          ran ``eval "$(devcluster env)"`` has no job id and is never touched);
+        - or a descendant of any of those.
+        Zombies are dead and left out.
+        """
+        me = os.getpid()
+        conf = str(self.slurm_conf)
         tag = str(self.state_dir)
-        out = []
+        found: dict[int, str] = {}
         for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
+            if not entry.isdigit() or int(entry) == me:
                 continue
             pid = int(entry)
-            if _pid_alive(pid) and _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
-                out.append(pid)
-        return out
+            if not _pid_alive(pid):
+                continue
+            exe = os.path.basename(_proc_link(pid, "exe"))
+            if exe.startswith(_DAEMON_EXES):
+                if _within(_proc_link(pid, "cwd"), self.state_dir):
+                    found[pid] = f"{exe} running in the state dir"
+                    continue
+                if conf in _proc_cmdline(pid):
+                    found[pid] = f"{exe} with our slurm.conf"
+                    continue
+            env = _proc_environ(pid)
+            if env.get("SLURMPOLICY_DEVCLUSTER") == tag:
+                found[pid] = "tagged by our daemons' environment"
+            elif (env.get("SLURM_CONF") == conf and env.get("SLURM_JOB_ID")
+                  and env.get("SLURMD_NODENAME")):
+                found[pid] = f"process of job {env['SLURM_JOB_ID']}"
+        children = _children_map()
+        for pid in list(found):
+            for child in _descendants(pid, children):
+                if child != me and child not in found and _pid_alive(child):
+                    found[child] = f"descendant of {pid}"
+        return found
 
     def _stepd_pids(self) -> list[int]:
         """slurmstepd processes of this cluster."""
-        return [p for p in self._tagged_pids() if "slurmstepd" in _proc_cmdline(p)]
+        return [p for p in self.cluster_processes()
+                if os.path.basename(_proc_link(p, "exe")).startswith("slurmstepd")
+                or _proc_cmdline(p).startswith("slurmstepd")]
+
+    def _tagged_pids(self) -> list[int]:
+        """Processes of this cluster other than the pid-file daemons (kept for callers
+        of the earlier, environment-tag-only name)."""
+        daemons = set(self._owned_daemons().values())
+        return [p for p in self.cluster_processes() if p not in daemons]
+
+    def _owned_daemons(self) -> dict[str, int]:
+        """Daemon name (``slurmctld``, ``slurmd.<node>``) -> pid, for the live ones."""
+        out: dict[str, int] = {}
+        pid = self._owned_pid(self.ctld_pid_file)
+        if pid is not None:
+            out["slurmctld"] = pid
+        for node in self._recorded_node_names(self._read_marker()):
+            pid = self._owned_pid(self.slurmd_pid_file(node))
+            if pid is not None:
+                out[f"slurmd.{node}"] = pid
+        return out
 
     def down(self, timeout: float = 30) -> list[int]:
-        """Stop the daemons ``up`` started (by pid file) and the job steps they spawned.
+        """Stop the daemons ``up`` started (by pid file), then every other process of
+        the cluster (job step daemons, job processes, slurmscriptd: see
+        ``cluster_processes``), and wait until all are gone.
 
         Returns the pids it stopped. munged is never stopped: it is a shared service.
+        Afterwards no process of this cluster is left, on 22.05 or 25.11 alike.
         """
         marker = self._read_marker()
         if marker is None and not self.run_dir.exists():
@@ -1028,17 +1480,23 @@ class DevCluster:
                 os.kill(pid, signal.SIGTERM)
         self._wait_gone(targets, timeout)
         # Job steps outlive slurmd; stop them and the job processes under them,
-        # and whatever else our daemons left (slurmscriptd and its scripts).
-        leftovers = self._tagged_pids()
-        if leftovers:
-            children = _children_map()
-            victims = list(dict.fromkeys(
-                [d for p in leftovers for d in _descendants(p, children)] + leftovers))
-            for pid in victims:
+        # and whatever else our daemons left (slurmscriptd and its scripts). A
+        # job may fork while we look: look again until a scan finds nothing.
+        for _ in range(10):
+            leftovers = list(self.cluster_processes())
+            if not leftovers:
+                break
+            for pid in leftovers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            self._wait_gone(victims, timeout)
-            targets += victims
+            self._wait_gone(leftovers, timeout)
+            targets += [p for p in leftovers if p not in targets]
+        else:
+            left = self.cluster_processes()
+            if left:
+                raise DevClusterError(
+                    f"processes of the dev cluster at {self.state_dir} keep appearing after "
+                    f"10 rounds of SIGKILL: {sorted(left)}")
         for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = _read_pid(pid_file)
             if pid is None or not _pid_alive(pid):

@@ -6,7 +6,7 @@ change::
 
     spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
         topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
-        defer=night,deadline=86400
+        defer=night,deadline=86400 nodes=2-8
 
 Tokens are separated by single spaces, values never contain spaces, durations
 are whole seconds. Keys absent mean "not said" and take the defaults below.
@@ -21,6 +21,7 @@ kept free of them so that the core stays small.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 PREFIX = "spolicy:v1"
@@ -65,12 +66,20 @@ class JobPolicy:
     defer_window: str | None = None
     #: Seconds after submission by which a deferred job must be released.
     defer_deadline: float | None = None
+    #: ``--nodes=MIN-MAX`` as submitted (an elastic job), recorded by job_submit.lua:
+    #: Slurm reports only the allocated count once the job has started.
+    node_range: tuple[int, int] | None = None
     #: False when the admin_comment carried our prefix but could not be read.
     readable: bool = True
 
     @property
     def can_checkpoint(self) -> bool:
         return self.checkpoint is not None and self.checkpoint.capable
+
+    @property
+    def elastic(self) -> bool:
+        """Accepts a node range and checkpoints: may be shrunk instead of evicted."""
+        return self.node_range is not None and self.can_checkpoint
 
 
 DEFAULT = JobPolicy()
@@ -127,6 +136,11 @@ def parse_admin_comment(text: str) -> JobPolicy:
                     if name != "deadline":
                         raise ValueError(value)
                     fields["defer_deadline"] = _seconds(deadline)
+            elif key == "nodes":
+                lo, _, hi = value.partition("-")
+                if not (lo.isdigit() and hi.isdigit()) or not 1 <= int(lo) < int(hi):
+                    raise ValueError(value)
+                fields["node_range"] = (int(lo), int(hi))
             # Unknown keys come from a newer plugin: ignore them.
     except ValueError:
         return JobPolicy(readable=False)
@@ -185,7 +199,19 @@ def render_admin_comment(policy: JobPolicy) -> str:
         if policy.defer_deadline is not None:
             text += f",deadline={_num(policy.defer_deadline)}"
         tokens.append(text)
+    if policy.node_range is not None:
+        tokens.append(f"nodes={policy.node_range[0]}-{policy.node_range[1]}")
     return " ".join(tokens)
+
+
+def with_node_range(admin_comment: str | None, min_nodes: int,
+                    max_nodes: int | None) -> str | None:
+    """The admin_comment job_submit.lua writes for a job submitted with
+    ``--nodes=MIN-MAX``: the directives' (or just the prefix) and ``nodes=MIN-MAX``;
+    unchanged without a range."""
+    if max_nodes is None or max_nodes <= min_nodes or min_nodes < 1:
+        return admin_comment
+    return f"{admin_comment or PREFIX} nodes={min_nodes}-{max_nodes}"
 
 
 # --- the job's acknowledgements, in its own ``comment`` -------------------------
@@ -194,15 +220,49 @@ def render_admin_comment(policy: JobPolicy) -> str:
 ACK_PREFIX = "ckpt:"
 
 
-def last_checkpoint(comment: str) -> float | None:
-    """Epoch seconds of the job's last acknowledged checkpoint, from its comment."""
+#: How far in the future (beyond the reader's clock) an acknowledgement may be
+#: stamped and still count: the job's node and the head node's clocks differ a
+#: little; more than that is a forged or broken stamp.
+ACK_SKEW = 60.0
+
+
+def read_acks(comment: str, now: float | None = None,
+              skew: float = ACK_SKEW) -> tuple[float | None, tuple[str, ...]]:
+    """The latest valid acknowledgement in ``comment``, and the refused ones.
+
+    A token ``ckpt:<stamp>[:<restart>]`` counts when its stamp is a finite
+    number of epoch seconds, not negative, and (when ``now`` is given) not
+    more than ``skew`` seconds in the future. Every other ``ckpt:`` token is
+    refused, described in inert words (never the token itself: it is the
+    job's text). Never raises, whatever the comment holds.
+    """
     best: float | None = None
+    refused: list[str] = []
     for token in comment.split():
-        if token.startswith(ACK_PREFIX):
-            stamp = token[len(ACK_PREFIX):].split(":", 1)[0]
-            try:
-                value = float(stamp)
-            except ValueError:
-                continue
-            best = value if best is None else max(best, value)
-    return best
+        if not token.startswith(ACK_PREFIX):
+            continue
+        stamp = token[len(ACK_PREFIX):].split(":", 1)[0]
+        try:
+            value = float(stamp)
+        except ValueError:
+            refused.append("malformed (not a number of epoch seconds)")
+            continue
+        if not math.isfinite(value):
+            refused.append("not a finite number")
+            continue
+        if value < 0:
+            refused.append("stamped before 1970")
+            continue
+        if now is not None and value > now + skew:
+            refused.append(f"stamped {value - now:.0f}s in the future (more than the "
+                           f"allowed clock skew of {skew:.0f}s)")
+            continue
+        best = value if best is None else max(best, value)
+    return best, tuple(refused)
+
+
+def last_checkpoint(comment: str, now: float | None = None,
+                    skew: float = ACK_SKEW) -> float | None:
+    """Epoch seconds of the job's last valid checkpoint acknowledgement (see
+    :func:`read_acks`), or None."""
+    return read_acks(comment, now, skew)[0]

@@ -101,7 +101,9 @@ class Job:
     start_time: float | None = None
     end_time: float | None = None
     restart_count: int = 0
-    requeue: bool = False
+    #: Slurm may requeue the job (``--requeue``, or ``JobRequeue=1`` in slurm.conf,
+    #: Slurm's own default); the adapters always read it from Slurm.
+    requeue: bool = True
     features: str = ""
     reservation: str = ""
     #: Allocated nodes, expanded from Slurm's hostlist, for running jobs.
@@ -156,6 +158,9 @@ class Node:
     gpus_alloc_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    #: Configured GPU shards (gres ``shard``) by the GPU type they share, from
+    #: Gres=shard:a100:4; MIG instances are GPU types of their own in ``gpus_by_type``.
+    shards_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
 
     @property
     def gpus(self) -> int:

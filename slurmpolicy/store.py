@@ -14,7 +14,16 @@ Owns:
 - reservations slurmpolicy created, site factors it set, decayed GPU-second
   usage per account (fair share), preemption times per job, missed acks;
 - the **audit** of every action with its reason, job, time and outcome;
-- a **metrics history** (one row per figure per cycle).
+- a **metrics history** (one row per figure per cycle);
+- its own privacy: the state directory is created 0700 and the journal 0600
+  whatever the umask (SQLite gives its -wal and -shm files the journal's
+  mode); a journal or directory that others may read is tightened when the
+  daemon opens it (group bits a site granted on purpose are kept);
+- each job's **identity** (table ``job_identity``): the cluster and the
+  time it was first submitted, carried across its requeues (Slurm resets a
+  requeued job's submit time). A job id seen again with another submit
+  time and no further restart is another job: its per-job rows are dropped
+  and its history (``read_audit(job_id=...)``) starts afresh.
 
 :meth:`Journal.load_intents` turns it into the planner's
 :class:`~slurmpolicy.policy.actions.Intents`. The inspector opens it with
@@ -25,7 +34,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -35,7 +46,7 @@ from typing import Any
 
 import sqlite_utils
 
-from slurmpolicy.errors import ConfigError
+from slurmpolicy.errors import ConfigError, JournalError
 from slurmpolicy.policy.actions import (
     Intents,
     PreemptionIntent,
@@ -66,6 +77,8 @@ class AuditRecord:
     outcome: str
     detail: Mapping[str, Any]
     dry_run: bool
+    #: Every job the record concerns (job_id, a preemption's beneficiary and victims).
+    jobs: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +86,59 @@ class AuditRecord:
             "reason": self.reason, "outcome": self.outcome, "detail": dict(self.detail),
             "dry_run": self.dry_run,
         }
+
+
+def journal_failure(path: Path, exc: BaseException) -> JournalError:
+    """A SQLite or OS error on the journal at ``path`` as one line naming the fix."""
+    text = str(exc) or type(exc).__name__
+    low = text.lower()
+    directory = path.parent
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return JournalError(
+            f"{path}: the journal is corrupt ({text}); stop the daemon, move the file aside"
+            f" (mv {path} {path}.corrupt) and start it again: it rebuilds its state from"
+            " Slurm (preemptions in flight are then forgotten)", reason="journal_corrupt")
+    if "disk is full" in low or "no space" in low or "quota" in low:
+        return JournalError(
+            f"{path}: the disk holding the journal is full ({text}); free space on"
+            f" {directory} (or lower daemon.keep_history)", reason="journal_full")
+    if "readonly" in low or "read-only" in low or "permission" in low or \
+            "unable to open" in low or "access" in low:
+        return JournalError(
+            f"{path}: cannot write the journal ({text}); {directory} and the files in it"
+            " must be writable by the daemon's user (permissions, read-only mount)"
+            " - at `$.daemon.state_dir`", reason="journal_readonly")
+    return JournalError(f"{path}: journal error: {text}", reason="journal")
+
+
+def make_private(journal: Path) -> None:
+    """Create the state directory (0700) and the journal file (0600), whatever the
+    umask; take away what others may do with existing ones."""
+    directory = journal.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True)
+        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
+    if not journal.exists():
+        os.close(os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.chmod(journal, 0o600)
+    for path in (directory, journal, *(journal.with_name(journal.name + s)
+                                       for s in ("-wal", "-shm"))):
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            continue
+        if info.st_uid == os.geteuid() and info.st_mode & 0o007:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o007)
+
+
+def storable(text: str) -> str:
+    """``text`` as SQLite can store it: a lone surrogate (an undecodable byte of a
+    job name, decoded with surrogateescape) is kept as ``\\udcxx``, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def journal_path(state_dir: str | Path) -> Path:
@@ -91,17 +157,44 @@ class Journal:
         self.read_only = read_only
         self._clock = clock
         self._full = False
+        try:
+            self._open(target, read_only)
+        except sqlite3.Error as exc:
+            raise journal_failure(target, exc) from None
+
+    def _open(self, target: Path, read_only: bool) -> None:
         if read_only:
+            if not os.access(target.parent, os.X_OK) and target.parent.exists():
+                raise JournalError(
+                    f"{target.parent}: permission denied; the state directory is private to"
+                    " the daemon's user (mode 0700): run this as that user or root, or ask"
+                    " an admin", reason="journal_readonly")
             if not target.exists():
                 raise ConfigError(f"{target}: no journal here (has the daemon run?)")
+            if not os.access(target, os.R_OK):
+                raise JournalError(
+                    f"{target}: permission denied; the journal is private to the daemon's"
+                    " user (mode 0600): run this as that user or root, or ask an admin",
+                    reason="journal_readonly")
             conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=10)
+            try:
+                conn.execute("select 1 from sqlite_master limit 1").fetchall()
+            except sqlite3.OperationalError as exc:
+                if "readonly" not in str(exc):
+                    raise
+                # A WAL journal whose directory the reader may not write (no -shm
+                # can be made there): read the file as it stands, without locks.
+                conn.close()
+                conn = sqlite3.connect(f"file:{target}?mode=ro&immutable=1", uri=True,
+                                       timeout=10)
         else:
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                make_private(target)
             except OSError as exc:
-                raise ConfigError(
-                    f"{target.parent}: cannot create the state directory: {exc.strerror}"
-                    " - at `$.daemon.state_dir`"
+                raise JournalError(
+                    f"{target}: cannot create the journal or its directory: {exc.strerror};"
+                    " the state directory must be writable by the daemon's user"
+                    " - at `$.daemon.state_dir`", reason="journal_readonly"
                 ) from exc
             conn = sqlite3.connect(str(target), timeout=30, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
@@ -113,6 +206,7 @@ class Journal:
             # on disk before the call, whatever happens.
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
+            self._ensure_identity()
         else:
             version = self.schema_version()
             if version > SCHEMA_VERSION:
@@ -193,6 +287,66 @@ class Journal:
             db.table("metrics").create_index(["name", "at"], if_not_exists=True)
             db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)},
                               pk="key")
+
+    def _ensure_identity(self) -> None:
+        """Tables added after schema 1 (created when missing; nothing else changes)."""
+        self.db.table("job_identity").create(
+            {"job_id": int, "cluster": str, "since": float, "submit": float, "restarts": int},
+            pk="job_id", if_not_exists=True)
+        self._identities: dict[int, tuple[str, float, float | None, int]] | None = None
+
+    # ------------------------------------------------------------ identities
+    def note_jobs(self, cluster: str, jobs: Iterable[Any], now: float) -> list[int]:
+        """Record who each job id is now; returns the ids that name another job than
+        before (a rebuilt cluster, ids that wrapped), whose old per-job rows go."""
+        if self._identities is None:
+            self._identities = {
+                int(r["job_id"]): (r["cluster"] or "", float(r["since"]), r["submit"],
+                                   int(r["restarts"] or 0))
+                for r in self.db.query("select * from job_identity")}
+        known = self._identities
+        changed: list[dict[str, Any]] = []
+        reused: list[int] = []
+        for job in jobs:
+            submit = job.submit_time
+            old = known.get(job.job_id)
+            if old is not None and old[0] == cluster and (
+                    submit is None or submit == old[2] or job.restart_count > old[3]):
+                if submit != old[2] or job.restart_count != old[3]:
+                    known[job.job_id] = (cluster, old[1], submit, job.restart_count)
+                    changed.append({"job_id": job.job_id, "cluster": cluster, "since": old[1],
+                                    "submit": submit, "restarts": job.restart_count})
+                continue
+            if old is not None:
+                reused.append(job.job_id)
+            since = submit if submit is not None else now
+            known[job.job_id] = (cluster, since, submit, job.restart_count)
+            changed.append({"job_id": job.job_id, "cluster": cluster, "since": since,
+                            "submit": submit, "restarts": job.restart_count})
+        if changed or reused:
+            with self.transaction():
+                if changed:
+                    self.db.table("job_identity").upsert_all(changed, pk="job_id")
+                for job_id in reused:
+                    for table in ("missed_acks", "preemption_times", "site_factors",
+                                  "begin_times"):
+                        self.db.execute(f"delete from {table} where job_id = ?", [job_id])
+        return reused
+
+    def job_since(self, job_id: int) -> float | None:
+        """When the job now known by this id was first submitted (None if never seen)."""
+        if "job_identity" not in self.db.table_names():
+            return None
+        rows = list(self.db.query("select since from job_identity where job_id = ?",
+                                  [int(job_id)]))
+        return float(rows[0]["since"]) if rows else None
+
+    def jobs_since(self) -> dict[int, float]:
+        """job id -> first submit time of the job now known by that id."""
+        if "job_identity" not in self.db.table_names():
+            return {}
+        return {int(r["job_id"]): float(r["since"])
+                for r in self.db.query("select job_id, since from job_identity")}
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -377,6 +531,13 @@ class Journal:
         self.db.table("site_factors").upsert(
             {"job_id": job_id, "site_factor": site_factor, "set_at": self.now()}, pk="job_id")
 
+    def set_site_factors(self, values: Mapping[int, int]) -> None:
+        """Record many site factors at once (one batched Slurm call's outcome)."""
+        now = self.now()
+        self.db.table("site_factors").upsert_all(
+            [{"job_id": j, "site_factor": v, "set_at": now} for j, v in values.items()],
+            pk="job_id")
+
     def forget_jobs(self, keep: Iterable[int]) -> None:
         """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
         alive = set(keep)
@@ -483,20 +644,46 @@ class Journal:
     # ------------------------------------------------------------------ audit
     def audit(self, kind: str, reason: str, outcome: str, *, job_id: int | None = None,
               detail: Mapping[str, Any] | None = None, dry_run: bool = False,
-              at: float | None = None, jobs: Iterable[int] = ()) -> None:
+              at: float | None = None, jobs: Iterable[int] = ()) -> int:
         """Record one action (or observation) with its reason and outcome.
 
         ``jobs`` are further jobs it concerns (a preemption's beneficiary and
         victims), so that ``slurmpolicy log --job N`` finds it.
         """
         concerned = sorted({*(int(j) for j in jobs), *([job_id] if job_id is not None else [])})
-        self.db.table("audit").insert({
-            "at": self.now() if at is None else at, "kind": kind, "job_id": job_id,
+        table = self.db.table("audit")
+        table.insert({
+            "at": self.now() if at is None else at, "kind": storable(kind), "job_id": job_id,
             "jobs": "," + ",".join(map(str, concerned)) + "," if concerned else "",
-            "reason": reason, "outcome": outcome, "detail": json.dumps(dict(detail or {}),
-                                                                       default=str),
+            "reason": storable(reason), "outcome": storable(outcome),
+            "detail": json.dumps(dict(detail or {}), default=str),
             "dry_run": int(dry_run),
         })
+        return int(table.last_pk)  # type: ignore[arg-type]
+
+    def set_audit_outcome(self, record_id: int, outcome: str) -> None:
+        self.db.table("audit").update(record_id, {"outcome": outcome})
+
+    def last_audit(self, kind: str, job_id: int) -> AuditRecord | None:
+        """The newest record of ``kind`` about ``job_id`` (as its main job)."""
+        rows = self._records("select * from audit where kind = ? and job_id = ?"
+                             " order by id desc limit 1", [kind, int(job_id)])
+        return rows[0] if rows else None
+
+    def audit_many(self, kind: str, rows: Iterable[tuple[int, str, str, Mapping[str, Any]]],
+                   *, dry_run: bool = False) -> None:
+        """Many records of one kind at once: (job id, reason, outcome, detail) each.
+
+        One statement for a batch of thousands (a batched site-factor call), where
+        :meth:`audit` one by one would cost a millisecond each.
+        """
+        at = self.now()
+        self.db.conn.executemany(
+            "insert into audit (at, kind, job_id, jobs, reason, outcome, detail, dry_run)"
+            " values (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(at, storable(kind), int(job), f",{int(job)},", storable(reason),
+              storable(outcome), json.dumps(dict(detail), default=str), int(dry_run))
+             for job, reason, outcome, detail in rows])
 
     def read_audit(self, *, job_id: int | None = None, since: float | None = None,
                    until: float | None = None, limit: int | None = None) -> list[AuditRecord]:
@@ -507,6 +694,13 @@ class Journal:
         if job_id is not None:
             where.append("jobs like ?")
             args.append(f"%,{int(job_id)},%")
+            # Only the history of the job that holds this id now: records from
+            # before its first submission are about another job of that id
+            # (Slurm's submit time is whole seconds, never after the true one).
+            first = self.job_since(job_id)
+            if first is not None:
+                where.append("at >= ?")
+                args.append(first)
         if since is not None:
             where.append("at >= ?")
             args.append(since)
@@ -516,13 +710,17 @@ class Journal:
         sql = "select * from audit" + (" where " + " and ".join(where) if where else "")
         if limit is not None:
             sql = f"select * from ({sql} order by id desc limit {int(limit)})"
+        return self._records(sql + " order by id", args)
+
+    def _records(self, sql: str, args: list[Any]) -> list[AuditRecord]:
         records = []
-        for r in self.db.query(sql + " order by id", args):
+        for r in self.db.query(sql, args):
             detail = json.loads(r["detail"] or "{}")
             records.append(AuditRecord(
                 id=int(r["id"]), at=float(r["at"]), kind=r["kind"], job_id=r["job_id"],
                 reason=r["reason"] or "", outcome=r["outcome"] or "", detail=detail,
                 dry_run=bool(r["dry_run"]),
+                jobs=tuple(int(j) for j in (r["jobs"] or "").split(",") if j),
             ))
         return records
 
@@ -556,3 +754,7 @@ class Journal:
             self.db.execute("delete from metrics where at < ?", [older_than])
             self.db.execute("delete from steps where status != 'started' and started_at < ?",
                             [older_than])
+            if "job_identity" in self.db.table_names():
+                self.db.execute("delete from job_identity where coalesce(submit, since) < ?",
+                                [older_than])
+                self._identities = None

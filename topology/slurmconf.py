@@ -15,6 +15,7 @@ from pathlib import Path
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.hostlist import HostlistError, expand
 from slurmpolicy.model import Node
+from slurmpolicy.topology.slices import shards_in_gres
 from slurmpolicy.topology.spec import read_source
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -46,6 +47,22 @@ def parse_gres_gpus(gres: str) -> dict[str, int]:
     return out
 
 
+def topology_plugin_note(plugin: str, form: str, path: str) -> str | None:
+    """What Slurm does with a topology.conf of ``form`` under ``TopologyPlugin=plugin``,
+    when that is not what slurmpolicy reads from it (None when they agree)."""
+    wants = {"topology/tree": "tree", "topology/block": "block", "topology/ring": "ring"}
+    if form not in ("tree", "block", "ring"):
+        return None  # topology.yaml names its plugin per topology
+    if plugin in ("", "topology/none", "topology/flat", "topology/default"):
+        return (f"{path}: slurm.conf sets no TopologyPlugin ({plugin or 'unset'}): Slurm ignores"
+                f" this {form} topology.conf and places jobs as on a flat network;"
+                " slurmpolicy still reads it")
+    if plugin in wants and wants[plugin] != form:
+        return (f"{path}: is in {form} form but slurm.conf has TopologyPlugin={plugin}, whose"
+                f" file is in {wants[plugin]} form: slurmctld refuses to start with it")
+    return None
+
+
 def read_slurm_conf_nodes(path: Path | str) -> tuple[list[Node], str]:
     """Nodes of slurm.conf and the TopologyPlugin value ("" when unset)."""
     p = Path(path)
@@ -71,6 +88,8 @@ def read_slurm_conf_nodes(path: Path | str) -> tuple[list[Node], str]:
         gpus = parse_gres_gpus(pairs.get("gres", ""))
         features = tuple(f for f in pairs.get("feature", pairs.get("features", "")).split(",")
                          if f)
+        shards = shards_in_gres(pairs.get("gres", ""))
         for n in names:
-            nodes[n] = Node(name=n, state="IDLE", gpus_by_type=gpus, features=features)
+            nodes[n] = Node(name=n, state="IDLE", gpus_by_type=gpus, features=features,
+                            shards_by_type=shards)
     return list(nodes.values()), plugin

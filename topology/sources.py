@@ -11,11 +11,13 @@ conflict, never dropped):
    one beside the active slurm.conf - the given path, $SLURM_CONF,
    /etc/slurm/slurm.conf - where topology.yaml wins, as in Slurm 25.05+);
 4. ``nvidia-smi topo -m`` outputs (settings.fabric.nvidia_smi_topo, a glob of
-   files named after their host);
+   files named after their host), then ``rocm-smi --showtopo`` outputs of AMD
+   hosts (settings.fabric.rocm_smi_topo, the same way);
 5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
 
 With no nodes given (Slurm not answering), the nodes of slurm.conf are used.
-A host named by a source but unknown to Slurm is an error.
+A host named by a source but unknown to Slurm is left out with a warning, as
+Slurm leaves it out ("Invalid hostnames in switch configuration").
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from slurmpolicy.topology.fabric import Fabric
 from slurmpolicy.topology.fabricfile import read_fabric_file
 from slurmpolicy.topology.features import spec_from_features, spec_from_nodes
 from slurmpolicy.topology.nvsmi import read_topo_files
-from slurmpolicy.topology.slurmconf import active_slurm_conf, read_slurm_conf_nodes
+from slurmpolicy.topology.slurmconf import (
+    active_slurm_conf,
+    read_slurm_conf_nodes,
+    topology_plugin_note,
+)
 from slurmpolicy.topology.spec import FabricSpec, merge
 from slurmpolicy.topology.topoconf import read_topology_conf
 
@@ -55,6 +61,7 @@ def load_fabric(
     topology_conf: Path | str | None = None,
     fabric_file: Path | str | None = None,
     nvidia_smi_topo: str | None = None,
+    rocm_smi_topo: str | None = None,
 ) -> Fabric:
     """Build the fabric from every source that is configured or present."""
     from slurmpolicy.settings import Fabric as FabricSettings
@@ -63,9 +70,15 @@ def load_fabric(
     conf = active_slurm_conf(slurm_conf)
     node_list = list(nodes)
     node_source = "slurm"
+    plugin: str | None = None
     if not node_list and conf.exists():
-        node_list, _plugin = read_slurm_conf_nodes(conf)
+        node_list, plugin = read_slurm_conf_nodes(conf)
         node_source = str(conf)
+    elif conf.exists():
+        try:  # only for what Slurm does with topology.conf; Slurm gave the nodes
+            plugin = read_slurm_conf_nodes(conf)[1]
+        except TopologyError:
+            plugin = None
     specs: list[FabricSpec] = []
     if node_list:
         specs.append(spec_from_nodes(node_list, source=node_source))
@@ -73,15 +86,22 @@ def load_fabric(
     if ff:
         specs.append(read_fabric_file(ff))
     tc = topology_conf or cfg.topology_conf
+    topo: FabricSpec | None = None
     if tc:
-        specs.append(_read_topology(Path(tc)))
+        topo = _read_topology(Path(tc))
     else:
         # As Slurm does: topology.yaml, when present, replaces topology.conf.
         for name in ("topology.yaml", "topology.conf"):
             beside = conf.parent / name
             if beside.exists():
-                specs.append(_read_topology(beside))
+                topo = _read_topology(beside)
                 break
+    if topo is not None:
+        if plugin is not None:
+            note = topology_plugin_note(plugin, topo.form, topo.source)
+            if note:
+                topo.warnings.append(note)
+        specs.append(topo)
     pattern = nvidia_smi_topo if nvidia_smi_topo is not None else cfg.nvidia_smi_topo
     if pattern:
         paths = [Path(p) for p in sorted(glob.glob(pattern))]
@@ -91,6 +111,17 @@ def load_fabric(
                 " `nvidia-smi topo -m` outputs named after their host (dgx01.txt)"
             )
         specs.append(read_topo_files(paths))
+    rocm_glob = rocm_smi_topo if rocm_smi_topo is not None else cfg.rocm_smi_topo
+    if rocm_glob:
+        from slurmpolicy.topology.rocmsmi import read_showtopo_files
+
+        rocm = [Path(p) for p in sorted(glob.glob(rocm_glob))]
+        if not rocm:
+            raise TopologyError(
+                f"rocm_smi_topo = {rocm_glob!r} matches no file; expected a glob of"
+                " `rocm-smi --showtopo` outputs named after their host (mi01.txt)"
+            )
+        specs.append(read_showtopo_files(rocm))
     if node_list:
         specs.append(spec_from_features(node_list, cfg.nvlink_feature_prefix,
                                         cfg.leaf_feature_prefix,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import ConfigError
@@ -71,6 +72,9 @@ def _loads(text: str) -> list[float]:
                    "spec like 'jobs=2000,interarrival=120' (optional).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "philly", "sacct", "synthetic"]),
               default="auto", show_default=True, help="Trace format.")
+@click.option("--sacct-columns", "sacct_columns", metavar="FORMAT",
+              help="For a sacct dump made with --noheader: the --format it was made with "
+                   "(e.g. State,JobID,Submit,Elapsed,AllocTRES).")
 @click.option("--fabric", "fabric_file", type=click.Path(exists=True, dir_okay=False),
               help="Fabric file (TOML); else a generated tree from the numbers below.")
 @click.option("--hosts", type=int, default=128, show_default=True)
@@ -111,21 +115,33 @@ def _loads(text: str) -> list[float]:
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Replays run side by side in this many processes (default: one per "
                    "replay, at most one per core).")
+@click.option("--elastic-fraction", type=click.FloatRange(0, 1), default=0.0,
+              show_default=True,
+              help="Fraction of multi-node jobs that are elastic (--nodes=MIN-MAX, MIN half "
+                   "their size): they start with what is free and are shrunk, not evicted.")
+@click.option("--no-shrink", is_flag=True,
+              help="Evict elastic victims instead of shrinking them (preemption.shrink_elastic"
+                   " = false), to measure what shrinking changes.")
 @click.pass_context
-def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | None, hosts: int,
+def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str | None,
+             fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, with_requeue: bool, seed: int,
              as_json: bool, plot_dir: str | None, limit: int | None, load_text: str,
              month: str, production_fraction: float, grace_time: float, bf_interval: float,
-             bf_max_job_test: int, plan_refresh: float, workers: int | None) -> None:
+             bf_max_job_test: int, plan_refresh: float, workers: int | None,
+             elastic_fraction: float, no_shrink: bool) -> None:
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
 
     from slurmpolicy.sim import SlurmModel, TraceRules, metrics
     from slurmpolicy.sim.sweep import Run, run_all
-    from slurmpolicy.sim.trace import load_trace
+    from slurmpolicy.sim.trace import SacctReport, load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
+    if no_shrink:
+        settings = msgspec.structs.replace(settings, preemption=msgspec.structs.replace(
+            settings.preemption, shrink_elastic=False))
     if fmt != "synthetic" and not trace_path:
         raise click.UsageError("--trace FILE is required (or --format synthetic)")
     loads = _loads(load_text)
@@ -143,10 +159,16 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     for load in loads:
         rules = TraceRules(seed=seed, load_scale=load, gpus_per_host=max(table.gpus),
                            production_fraction=production_fraction, month=month,
-                           classes=tuple(settings.classes), default_class=settings.default_class)
-        trace = load_trace(trace_path, fmt, rules, limit)
+                           classes=tuple(settings.classes), default_class=settings.default_class,
+                           elastic_fraction=elastic_fraction)
+        report = SacctReport()
+        trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
+        if report.rows and load == loads[0]:
+            # What the dump held and what was left out, and why (stderr: --json stays clean).
+            click.echo(report.summary(), err=True)
         if not trace:
-            raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay")
+            why = f" ({report.summary()})" if report.rows else ""
+            raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay{why}")
         too_big = [j for j in trace if j.gpus > table.total_gpus]
         if too_big:
             raise ConfigError(f"{len(too_big)} job(s) ask for more GPUs than the cluster has "
@@ -167,6 +189,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
         results = [(x.summary, x.series) for x in run_all(runs, workers)]
     by_load = [[results[i * len(modes) + k] for k in range(len(modes))]
                for i in range(len(loads))]
+    pools = _pool_rows(settings, runs[-1].trace)
     if as_json:
         out: Any
         if len(results) == 1:
@@ -176,6 +199,8 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
                 {"load": load, "modes": [s for s, _ in group],
                  "targets": (metrics.targets(group[0][0], group[-1][0]) if compare else [])}
                 for load, group in zip(loads, by_load, strict=True)]}
+        if pools:
+            out = {**out, "pools": pools}
         click.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         console = Console()
@@ -191,6 +216,8 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
                 console.print(f"{s['mode']} x{load:g}: replayed in {s['cpu_seconds']:.1f} CPU s"
                               + (f", {s['plan_calls']:,} plan() calls" if s["plan_calls"]
                                  else ""))
+        if pools:
+            console.print(_pool_table(pools))
     if plot_dir:
         try:
             written = []
@@ -203,6 +230,30 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
                       "(pip install 'slurmpolicy[plot]' or pip install matplotlib)", markup=False)
         else:
             err.print(f"plots written: {', '.join(str(p) for p in written)}", markup=False)
+
+
+def _pool_rows(settings: Any, trace: Any) -> list[dict[str, Any]]:
+    """Where job_submit.lua would route each trace job (settings [pools]), in jobs and
+    GPU-hours per pool; empty without pools. The replay itself runs one partition."""
+    if not settings.pools:
+        return []
+    from slurmpolicy.pools import Request, pool_report
+
+    return pool_report(settings, ((Request(
+        job_class=j.job_class, gpus=j.gpus, nodes=j.min_nodes or j.nodes,
+        gpus_per_node=j.gpus_per_node), j.gpus * j.duration / 3600.0) for j in trace))
+
+
+def _pool_table(pools: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="pools: where job_submit.lua would route the trace's jobs")
+    for col in ("pool", "partition", "jobs", "GPU-hours", "with a slice overflow"):
+        table.add_column(col, justify="left" if col in ("pool", "partition") else "right")
+    for r in pools:
+        table.add_row(r["pool"], r["partition"], f"{r['jobs']:,}", f"{r['gpu_hours']:,.1f}",
+                      f"{r['with_slice_overflow']:,}")
+    return table
 
 
 def _run_one(trace: Any, table: Any, mode: str, settings: Any, slurm: Any, fabric: Any,

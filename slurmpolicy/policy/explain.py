@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from slurmpolicy.durations import humanize
 from slurmpolicy.errors import JobGone
 from slurmpolicy.hostlist import compress
-from slurmpolicy.jobpolicy import last_checkpoint
+from slurmpolicy.jobpolicy import JobPolicy, last_checkpoint
 from slurmpolicy.model import Job, Snapshot
-from slurmpolicy.policy import deferral, preemption, priority, reservations
+from slurmpolicy.policy import deferral, elastic, preemption, priority, reservations
 from slurmpolicy.policy.actions import Intents, VictimState
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node
 from slurmpolicy.policy.explanation import Alternative, Explanation
@@ -164,6 +164,20 @@ def _estimate(ctx: Context, job: Job, kind: str) -> tuple[float | None, str]:
         return ctx.now, "resources are free now"
     p = ctx.preemption_of_beneficiary.get(job.job_id)
     if p is not None:
+        # Promise only what the held nodes can give: they must be held for
+        # this job alone (the reservation named on it), and hold nothing but
+        # the victims, who leave by their deadlines.
+        if job.reservation != p.reservation or \
+                ctx.snapshot.reservation(p.reservation) is None:
+            return None, (f"no start promised: reservation {p.reservation} is not (yet) "
+                          "in place for it alone")
+        victims = {v.job_id for v in p.victims}
+        held = set(p.nodes)
+        other = sorted({j.job_id for j in ctx.running
+                        if j.job_id not in victims and held & set(j.nodes)})
+        if other:
+            return None, (f"no start promised: job(s) {', '.join(map(str, other[:6]))} "
+                          f"run on the held nodes {compress(p.nodes)}")
         deadlines = [v.deadline for v in p.victims if v.deadline is not None]
         grace = ctx.settings.preemption.default_grace
         end = max(deadlines) if deadlines else ctx.now + grace
@@ -210,6 +224,17 @@ def _alternatives(ctx: Context, job: Job) -> tuple[Alternative, ...]:
     return tuple(out)
 
 
+def pool_line(settings: Settings, job: Job, policy: JobPolicy, job_class: str) -> str | None:
+    """Which pool the job is in and why (slurmpolicy.pools), None without pools."""
+    if not settings.pools:
+        return None
+    from slurmpolicy.pools import describe_job
+
+    return describe_job(settings, job_class, job.partition, job.gpus, job.node_count,
+                        job.gpus_per_node, job.gpu_type or policy.gpu_type,
+                        policy.min_gpu_memory_gb)
+
+
 def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
             now: float, job_id: int) -> Explanation:
     """Why job ``job_id`` waits (or what is happening to it while it runs)."""
@@ -221,6 +246,13 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     notes = [cls.note] if cls.note else []
     if not ctx.policy(job).readable:
         notes.append("its #SPOLICY record could not be read; defaults apply")
+    pool_note = pool_line(settings, job, ctx.policy(job), cls.name)
+    if pool_note:
+        notes.append(pool_note)
+    elastic_note = (elastic.running_note(ctx, job) if job.is_running else
+                    elastic.pending_note(ctx, job) if job.is_pending else None)
+    if elastic_note:
+        notes.append(elastic_note)
     base = dict(job_id=job.job_id, job_class=cls.name, partition=job.partition,
                 request=request_text(ctx, job), slurm_reason=job.reason,
                 slurm_reason_text=SLURM_REASONS.get(job.reason, job.reason))
@@ -282,7 +314,7 @@ def _explain_running(ctx: Context, job: Job, base: dict[str, object],
         placement += f"; communication cost {ctx.fabric.cost(hosts):.1f}"
     elif hosts:
         placement += f" (leaf {ctx.domain_of(hosts[0], Level.LEAF)})"
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, ctx.now)
     why = preemption.why_not_victim(ctx, job, None)
     in_flight = next((p for p in ctx.open_preemptions
                       if any(v.job_id == job.job_id for v in p.victims)), None)

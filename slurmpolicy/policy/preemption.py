@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import last_checkpoint
 from slurmpolicy.model import Job
+from slurmpolicy.policy import elastic
 from slurmpolicy.policy.actions import (
     Action,
     Annotate,
@@ -46,7 +47,12 @@ from slurmpolicy.policy.actions import (
     VictimState,
 )
 from slurmpolicy.policy.classes import lowest_preemptible_rank
-from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
+from slurmpolicy.policy.context import (
+    Context,
+    job_gpus,
+    job_gpus_per_node,
+    preemption_reservation_name,
+)
 from slurmpolicy.policy.priority import PriorityResult
 from slurmpolicy.policy.reservations import forecast
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
@@ -61,7 +67,7 @@ def gpu_hours(gpu_seconds: float) -> str:
 def lost_work(ctx: Context, job: Job) -> float:
     """GPU-seconds lost if ``job`` stopped now, plus the cost of restarting it."""
     start = job.start_time if job.start_time is not None else ctx.now
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, ctx.now)
     since = max(start, ckpt) if ckpt is not None else start
     gpus = job_gpus(job)
     return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
@@ -94,6 +100,10 @@ def _why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> 
     policy = ctx.policy(victim)
     if not policy.preemptible:
         return "it asked --preemptible=no"
+    if not victim.requeue:
+        # Preemption ends in a requeue; Slurm refuses it for such a job, so it
+        # would hold its nodes forever (--no-requeue, Requeue=0, JobRequeue=0).
+        return "Slurm may not requeue it (--no-requeue, Requeue=0 or JobRequeue=0)"
     ran = ctx.now - (victim.start_time if victim.start_time is not None else ctx.now)
     if ran < policy.preemptible_after:
         return (f"it is inside its --preemptible=after window ({humanize(ran)} run of "
@@ -129,9 +139,10 @@ class _Round:
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
-def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
+def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, bool, int]:
+    # An elastic victim (policy/elastic.py) only shrinks: taken first on equal lost work.
     return (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
-            lost_work(ctx, job), job.job_id)
+            lost_work(ctx, job), elastic.node_range(ctx, job) is None, job.job_id)
 
 
 def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
@@ -242,15 +253,17 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
         if f < gpn:
             continue
         cost = 0.0
+        rigid = 0  # victims that would be evicted rather than shrunk (policy/elastic.py)
         got = free.get(h, 0)
         for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
             if got >= gpn:
                 break
             got += _gpus_on(v, h)
             cost += lost_work(ctx, v)
-        costs.append((cost, h not in shape.prefer, h))
+            rigid += elastic.node_range(ctx, v) is None
+        costs.append((cost, rigid, h not in shape.prefer, h))
     costs.sort()
-    return frozenset(h for _, _, h in costs[:shape.nodes])
+    return frozenset(h for _, _, _, h in costs[:shape.nodes])
 
 
 def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],
@@ -300,6 +313,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             continue
         if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
             continue
+        if job.reservation:
+            continue  # it runs only inside the reservation it asked for
         if ctx.policy(job).defer_window and job.begin_time and job.begin_time > ctx.now:
             continue
         candidates.append(job)
@@ -355,7 +370,10 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
-            f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
+            f"loses {gpu_hours(lost_work(ctx, v))}"
+            + (f"; {elastic.describe(ctx, v, keep)}"
+               if (keep := elastic.shrink_target(ctx, v, hosts)) is not None else "")
+            + ")" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration
         pid = f"pre-{job.job_id}-{int(ctx.now)}"
         actions.append(StartPreemption(
@@ -364,7 +382,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             victims=tuple(v.job_id for v in victims),
             restart_counts=tuple(v.restart_count for v in victims),
             nodes=hosts,
-            reservation=reservation_names(ctx.prefix, job.job_id)[1],
+            reservation=preemption_reservation_name(ctx.prefix, job.job_id, ctx.now),
             expected_lost_gpu_seconds=lost,
             start_time=ctx.now, duration=duration,
             user=job.user, account=job.account, partition=ctx.partitions_of(job)[0],
@@ -441,6 +459,19 @@ def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
                 f"checkpoint signal, so nothing to wait for"))
 
 
+def _requeue(ctx: Context, p: PreemptionIntent, job: Job, restart_count: int, after: str,
+             reason: str) -> Requeue:
+    """A victim's Requeue; an elastic victim's also shrinks it (policy/elastic.py)."""
+    keep = elastic.shrink_target(ctx, job, p.nodes)
+    rng = elastic.node_range(ctx, job)
+    if keep is None or rng is None:
+        return Requeue(preemption_id=p.preemption_id, job_id=job.job_id,
+                       restart_count=restart_count, after=after, reason=reason)
+    return Requeue(preemption_id=p.preemption_id, job_id=job.job_id,
+                   restart_count=restart_count, after=after, shrink_to=keep, shrink_min=rng[0],
+                   reason=f"{reason}; {elastic.describe(ctx, job, keep)}")
+
+
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
     s = ctx.settings.preemption
@@ -460,6 +491,18 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         return _abort(p, f"beneficiary {p.beneficiary} started; the remaining victims keep running")
     if beneficiary.is_held:
         return _abort(p, f"beneficiary {p.beneficiary} is held")
+    if max(1, beneficiary.node_count) > len(p.nodes):
+        return _abort(p, f"beneficiary {p.beneficiary} was resized: it asks for "
+                         f"{beneficiary.node_count} node(s), {len(p.nodes)} are held for it")
+    if beneficiary.reservation and beneficiary.reservation != p.reservation:
+        # Someone moved it to another reservation: the held nodes are no use to it.
+        return _abort(p, f"beneficiary {p.beneficiary} now asks for reservation "
+                         f"{beneficiary.reservation}, not {p.reservation}")
+    intruder = next((j for j in ctx.running if j.reservation == p.reservation
+                     and j.job_id != p.beneficiary), None)
+    if intruder is not None:
+        return _abort(p, f"job {intruder.job_id}, not the beneficiary, runs in reservation "
+                         f"{p.reservation}")
     if not progressed and ctx.fits_now(beneficiary):
         return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
     if all(settled):
@@ -475,27 +518,28 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
         if v.state is VictimState.PLANNED:
             actions.append(first_step(ctx, p.preemption_id, p.beneficiary, job, v.restart_count))
             continue
+        if not job.requeue:
+            # Changed after it was chosen (scontrol update requeue=0): Slurm
+            # would refuse the requeue every cycle.
+            return _abort(p, f"victim {v.job_id} may no longer be requeued (Requeue=0)")
         if v.state is VictimState.SIGNALLED:
-            ack = last_checkpoint(job.comment)
+            ack = last_checkpoint(job.comment, ctx.now)
             if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="acknowledged",
-                    reason=f"requeue victim {v.job_id}: checkpoint acknowledged"))
+                actions.append(_requeue(
+                    ctx, p, job, v.restart_count, "acknowledged",
+                    f"requeue victim {v.job_id}: checkpoint acknowledged"))
             elif v.deadline is not None and ctx.now >= v.deadline:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="deadline",
-                    reason=(f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
-                            f"({humanize(ctx.now - (v.signalled_at or ctx.now))} after the "
-                            "signal)")))
+                actions.append(_requeue(
+                    ctx, p, job, v.restart_count, "deadline",
+                    (f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
+                     f"({humanize(ctx.now - (v.signalled_at or ctx.now))} after the "
+                     "signal)")))
             continue
         if v.state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
             # The requeue was decided but Slurm still shows the job running: ask again
             # (Slurm answers "already pending" when it was done).
-            actions.append(Requeue(preemption_id=p.preemption_id, job_id=v.job_id,
-                                   restart_count=v.restart_count, after=v.state.value,
-                                   reason=f"requeue victim {v.job_id} again: still running"))
+            actions.append(_requeue(ctx, p, job, v.restart_count, v.state.value,
+                                    f"requeue victim {v.job_id} again: still running"))
     return actions
 
 

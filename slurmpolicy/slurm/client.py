@@ -10,9 +10,11 @@ means the goal is reached, and the executor treats it so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slurmpolicy.errors import SlurmError
 from slurmpolicy.model import Snapshot
 
 SignalTarget = Literal["batch", "all"]
@@ -42,6 +44,8 @@ class SlurmClient(Protocol):
 
     #: "jsoncli" or "pyslurm", for logs and the inspector.
     name: str
+    #: One line: which adapter and why (set by ``connect``; "" otherwise).
+    adapter_note: str
 
     def snapshot(self) -> Snapshot:
         """One consistent read: jobs, nodes, partitions, reservations."""
@@ -49,6 +53,13 @@ class SlurmClient(Protocol):
 
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         """Set the job's site factor (never its frozen ``priority``)."""
+        ...
+
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """Set one site factor on many jobs, in as few Slurm calls as the adapter can
+        (``scontrol update jobid=1,2,3 sitefactor=V`` is one). Returns the jobs Slurm
+        refused, each with its error (JobGone for a job that left); raises
+        SlurmUnavailable when Slurm did not answer at all."""
         ...
 
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
@@ -67,6 +78,15 @@ class SlurmClient(Protocol):
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """Set a pending (just requeued) job's node range: an elastic job shrunk."""
+        ...
+
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        """Make a pending job use reservation ``name`` ("" clears it):
+        ``scontrol update jobid=N reservationname=NAME``."""
         ...
 
     def create_reservation(self, spec: ReservationSpec) -> None:

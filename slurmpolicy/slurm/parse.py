@@ -48,6 +48,7 @@ from slurmpolicy.model import (
     Reservation,
     Snapshot,
 )
+from slurmpolicy.slurm.classify import classify
 
 # Slurm's sentinels in the plain-number shape (22.05): NO_VAL and INFINITE,
 # 32 and 64 bit. Anything at or above NO_VAL means "not a real number".
@@ -246,8 +247,6 @@ def decode(raw: bytes, kind: type, what: str) -> Any:
             raise _parse_error(exc2, what) from exc2
     errors = getattr(doc, "errors", None)
     if errors:
-        from slurmpolicy.slurm.jsoncli import classify
-
         raise classify("; ".join(_error_text(e) for e in errors), what)
     return doc
 
@@ -368,6 +367,28 @@ def gpus_by_type(text: str) -> Mapping[str, int]:
         n = int(count) * _MULT[mult or ""] if count is not None else 1
         key = gtype or ""
         out[key] = out.get(key, 0) + n
+    return MappingProxyType(out) if out else EMPTY_GRES
+
+
+_SHARD_ENTRY = re.compile(r"^(?:gres[/:])?shard(?::([^:=()]*))?(?:[:=](\d+))?(?:\(.*\))?$")
+
+
+@functools.lru_cache(maxsize=1024)
+def shards_by_type(text: str) -> Mapping[str, int]:
+    """GPU shards by the GPU type they share in a GRES string (``shard:a100:4``,
+    ``shard:8``, ``gres/shard=8``); ``""`` is the untyped count."""
+    if not text or text in ("(null)", "N/A"):
+        return EMPTY_GRES
+    out: dict[str, int] = {}
+    for entry in _split_top(text):
+        m = _SHARD_ENTRY.match(entry.strip())
+        if not m:
+            continue
+        gtype, count = m.group(1), m.group(2)
+        if gtype is not None and count is None and gtype.isdigit():
+            gtype, count = "", gtype
+        key = gtype or ""
+        out[key] = out.get(key, 0) + (int(count) if count is not None else 1)
     return MappingProxyType(out) if out else EMPTY_GRES
 
 
@@ -633,6 +654,7 @@ def node_from_record(r: NodeRecord) -> Node:
         gpus_alloc_by_type=alloc if alloc is not None else _UNKNOWN_ALLOC,
         features=csv(r.features),
         partitions=tuple(r.partitions),
+        shards_by_type=shards_by_type(r.gres),
     )
 
 
@@ -865,7 +887,9 @@ def derive_gpu_use(nodes: Sequence[Node], jobs: Sequence[Job]) -> list[Node]:
         if n.gpus_alloc_by_type is not _UNKNOWN_ALLOC:
             out.append(n)
             continue
-        alloc: dict[str, int] = {}
+        # Every configured type is listed, idle ones at 0, as Slurm's
+        # gres_used prints them ("gpu:h100:0(IDX:N/A)").
+        alloc: dict[str, int] = dict.fromkeys(n.gpus_by_type, 0)
         types = list(n.gpus_by_type)
         for gtype, count in held.get(n.name, {}).items():
             key = gtype if gtype is not None else (types[0] if len(types) == 1 else "")

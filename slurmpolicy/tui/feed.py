@@ -26,6 +26,7 @@ from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.explanation import Explanation
+from slurmpolicy.privacy import redact_jobs
 from slurmpolicy.settings import Settings
 from slurmpolicy.tui.frame import HIDDEN_JOB, Decision, Frame, leaves_from_features
 
@@ -169,11 +170,19 @@ class Feed:
             return Intents(), (), policy_unavailable(str(exc))
         except Exception as exc:  # sqlite3 errors: unreadable, locked, not a database
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
+        seen = {j.job_id for j in snapshot.jobs}
         try:
             intents = journal.load_intents(now=now)
-            rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
-                             outcome=r.outcome)
-                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run]
+            # A job's history is its own: rows from before the first submission
+            # of the job that now holds the id are about another job. A decision that
+            # concerns a job Slurm hides from the caller (a preemption's beneficiary
+            # named in its victim's row) is left out whole, as `log` does.
+            first = journal.jobs_since() if hasattr(journal, "jobs_since") else {}
+            rows = [Decision(at=r.at, kind=r.kind, reason=redact_jobs(r.reason, seen),
+                             job_id=r.job_id, outcome=redact_jobs(r.outcome, seen))
+                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run
+                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at))
+                    and set(getattr(r, "jobs", ())) <= seen]
         except Exception as exc:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         finally:
@@ -305,7 +314,7 @@ def slurm_view(frame: Frame, job: Job, *, note: str = "") -> Explanation:
             job_id=job.job_id, state=job.state.value, headline=f"Running on {placement}",
             job_class=klass, partition=job.partition, request=_request(job),
             effective_priority=job.priority, placement_text=placement,
-            last_checkpoint=last_checkpoint(job.comment),
+            last_checkpoint=last_checkpoint(job.comment, frame.now),
             preemption_candidate=None if state == "-" else state not in ("protected",
                                                                          "no requeue"),
             preemption_text="" if state == "-" else state, notes=notes,

@@ -28,7 +28,8 @@ def expected(body: bytes, account: str | None, partition: str | None,
     result = check_script(body, settings, Context(account=account, partition=partition))
     requeue = "1" if result.admin_comment and result.policy.can_checkpoint else None
     return Outcome(rc="0" if result.ok else "-1", admin=result.admin_comment, requeue=requeue,
-                   messages=["slurmpolicy: " + p.message for p in result.problems])
+                   messages=["slurmpolicy: warning: " + w for w in result.warnings]
+                   + ["slurmpolicy: " + p.message for p in result.problems])
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +109,14 @@ def test_modify_refuses_what_the_directives_refuse(site_plugin, interpreter):
         Case("modify", nockpt.encode(), extra="requeue0"),               # nothing to requeue
         Case("modify", research.encode(), account="vision"),             # unrestricted class
     ]
-    rcs = [o.rc for o in run(site_plugin, cases, interpreter)]
+    outcomes = run(site_plugin, cases, interpreter)
+    rcs = [o.rc for o in outcomes]
     denied = "2002"
     assert rcs == [denied, "0", "0", denied, "0", denied, "0", denied, "0", "0"]
+    # Job ids and uids arrive as floats (Lua 5.3 in a 25.11 build): printed whole.
+    assert outcomes[0].messages[0].startswith("slurmpolicy: job 42 has class 'production'")
+    assert "(uid 1000)" in outcomes[3].messages[0], outcomes[3].messages
+    assert not any(".0" in m for o in outcomes for m in o.messages), outcomes
 
 
 def test_a_lua_error_fails_only_that_job_with_a_clear_message(site_plugin):
@@ -166,7 +172,8 @@ def _scripts(draw: st.DrawFn) -> bytes:
         if kind == 0:
             lines.append("#SBATCH -N 1")
         elif kind == 1:
-            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r"])))
+            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r", "\f",
+                                               "\x0b \t", " \r x"])))
         else:
             prefix = draw(st.sampled_from(["#SPOLICY ", "#SPOLICY\t", "#SPOLICY", "#spolicy ",
                                            "#SPOLICY  "]))
