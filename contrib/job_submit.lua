@@ -49,6 +49,11 @@ local CONFIG = {
     ["research"] = {},
   },
   ["class_order"] = { "production", "research", "experimental" },
+  ["class_weights"] = {
+    ["experimental"] = 0,
+    ["production"] = 100000,
+    ["research"] = 10000,
+  },
   ["crlf_problem"] = "script: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert with dos2unix)",
   ["default_class"] = "research",
   ["default_grace"] = 120,
@@ -89,6 +94,7 @@ local CONFIG = {
     ["min-gpu-memory"] = { 1, 4096 },
   },
   ["set_requeue"] = true,
+  ["set_site_factor"] = true,
   ["signals"] = { "USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG", "XCPU" },
   ["version"] = "spolicy:v1",
   ["windows"] = {},
@@ -880,6 +886,12 @@ local function submit(job_desc, part_list, submit_uid)
     if CONFIG.set_requeue and ck and ck.signal then job_desc.requeue = 1 end
   elseif not is_admin(submit_uid) and sfind(job_desc.admin_comment or "", "spolicy:", 1, true) then
     job_desc.admin_comment = "" -- only this plugin writes our wire form
+  end
+  if CONFIG.set_site_factor then
+    -- The class standing from the start: slurmctld lets only this plugin set
+    -- site_factor at submit (job_mgr.c); the daemon refines it from there.
+    local weight = CONFIG.class_weights[result.fields.job_class or CONFIG.default_class]
+    if weight and weight > 0 then job_desc.site_factor = weight end
   end
   return slurm.SUCCESS
 end

@@ -818,6 +818,9 @@ def lua_config(settings: Settings | None = None) -> dict[str, Any]:
         "admin_uids": list(s.plugin.admin_uids),
         "set_requeue": s.plugin.set_requeue,
         "max_retries": s.lifecycle.max_retries,
+        "set_site_factor": s.plugin.set_site_factor,
+        "class_weights": {n: c.weight for n, c in s.classes.items()},
+        "default_class": s.default_class,
         "limits": {
             "header_lines": MAX_HEADER_LINES, "header_bytes": MAX_HEADER_BYTES,
             "directive_lines": MAX_DIRECTIVE_LINES, "line_bytes": MAX_LINE_BYTES,

@@ -219,6 +219,10 @@ class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     admin_uids: tuple[Annotated[int, msgspec.Meta(ge=0, le=2**32 - 2)], ...] = (0,)
     #: Set ``requeue=1`` on jobs that can checkpoint (preemption requeues them).
     set_requeue: bool = True
+    #: Set the job's site factor to its class weight at submission, so that a
+    #: production job has its standing before the daemon's next cycle (Slurm
+    #: lets only the job_submit plugin set ``site_factor`` at submit).
+    set_site_factor: bool = True
 
 
 class Lifecycle(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -51,6 +51,21 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
     return table, fabric
 
 
+def _loads(text: str) -> list[float]:
+    loads = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            value = -1.0
+        if not 0.01 <= value <= 1000:
+            raise click.BadParameter(
+                f"{part.strip()!r} is not a load: give numbers from 0.01 to 1000, "
+                "comma-separated (e.g. 1,2,3)", param_hint="--load-scale")
+        loads.append(value)
+    return loads
+
+
 @click.command()
 @click.option("--trace", "trace_path", default="", metavar="FILE",
               help="Trace file (Philly CSV or sacct --parsable2); for --format synthetic a "
@@ -69,23 +84,37 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
 @click.option("--leaves-per-spine", type=int, default=4, show_default=True)
 @click.option("--mode", type=click.Choice(MODES), default="slurmpolicy", show_default=True)
 @click.option("--compare", is_flag=True,
-              help="Run all three modes; print them side by side with ratios to slurm-grace.")
+              help="Run slurmpolicy and the fair baseline (slurm-grace) side by side, "
+                   "with ratios and the targets, at each load.")
+@click.option("--with-requeue", is_flag=True,
+              help="With --compare: also run slurm-requeue (no grace).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the trace rules (classes, save times, limits) and the generator.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
               help="Write PNG plots here (needs matplotlib: pip install 'slurmpolicy[plot]').")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
-@click.option("--load-scale", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="Divide arrival times by X (2: twice the load).")
+@click.option("--load-scale", "load_text", default="1", show_default=True, metavar="X[,X...]",
+              help="Divide arrival times by X (2: twice the load); several, comma-separated, "
+                   "run each.")
+@click.option("--month", default="", metavar="YYYY-MM",
+              help="Philly traces: replay only the jobs submitted in this month.")
 @click.option("--production-fraction", type=click.FloatRange(0, 1), default=0.15,
               show_default=True, help="Share of jobs made production when the trace has no class.")
-@click.option("--grace-time", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Slurm's partition GraceTime in slurm-grace mode (seconds).")
+@click.option("--grace-time", type=click.FloatRange(min=0), default=150.0, show_default=True,
+              help="Slurm's partition GraceTime in slurm-grace mode (seconds); the default "
+                   "covers every save of the trace rules.")
+@click.option("--bf-interval", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Slurm's SchedulerParameters=bf_interval in the baselines (seconds).")
+@click.option("--bf-max-job-test", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Slurm's SchedulerParameters=bf_max_job_test.")
 @click.option("--plan-refresh", type=click.FloatRange(min=0), default=300.0,
               show_default=True,
               help="slurmpolicy mode: plan at least this often (seconds) when something "
                    "changed; production arrivals and open preemptions are planned every cycle.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Replays run side by side in this many processes (default: one per "
+                   "replay, at most one per core).")
 @click.option("--elastic-fraction", type=click.FloatRange(0, 1), default=0.0,
               show_default=True,
               help="Fraction of multi-node jobs that are elastic (--nodes=MIN-MAX, MIN half "
@@ -97,14 +126,16 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
 def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str | None,
              fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
-             leaves_per_spine: int, mode: str, compare: bool, seed: int, as_json: bool,
-             plot_dir: str | None, limit: int | None, load_scale: float,
-             production_fraction: float, grace_time: float, plan_refresh: float,
+             leaves_per_spine: int, mode: str, compare: bool, with_requeue: bool, seed: int,
+             as_json: bool, plot_dir: str | None, limit: int | None, load_text: str,
+             month: str, production_fraction: float, grace_time: float, bf_interval: float,
+             bf_max_job_test: int, plan_refresh: float, workers: int | None,
              elastic_fraction: float, no_shrink: bool) -> None:
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
 
     from slurmpolicy.sim import SlurmModel, TraceRules, metrics
+    from slurmpolicy.sim.sweep import Run, run_all
     from slurmpolicy.sim.trace import SacctReport, load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
@@ -113,59 +144,87 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
             settings.preemption, shrink_elastic=False))
     if fmt != "synthetic" and not trace_path:
         raise click.UsageError("--trace FILE is required (or --format synthetic)")
+    loads = _loads(load_text)
+    if month and not (len(month) == 7 and month[4] == "-" and month.replace("-", "").isdigit()):
+        raise click.BadParameter(f"{month!r}: give a month as YYYY-MM (e.g. 2017-10)",
+                                 param_hint="--month")
     table, fabric = _hosts_and_fabric(fabric_file, hosts, gpus_per_host, hosts_per_leaf,
                                       hosts_per_nvlink, leaves_per_spine)
-    rules = TraceRules(seed=seed, load_scale=load_scale, gpus_per_host=max(table.gpus),
-                       production_fraction=production_fraction,
-                       classes=tuple(settings.classes), default_class=settings.default_class,
-                       elastic_fraction=elastic_fraction)
-    report = SacctReport()
-    trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
-    if report.rows:
-        # What the dump held and what was left out, and why (stderr: --json stays clean).
-        click.echo(report.summary(), err=True)
-    if not trace:
-        why = f" ({report.summary()})" if report.rows else ""
-        raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay{why}")
-    too_big = [j for j in trace if j.gpus > table.total_gpus]
-    if too_big:
-        raise ConfigError(f"{len(too_big)} job(s) ask for more GPUs than the cluster has "
-                          f"({max(j.gpus for j in too_big)} > {table.total_gpus}); "
-                          "use a bigger --hosts")
-    slurm = SlurmModel(grace_time=grace_time)
-    modes = ["slurmpolicy", "slurm-requeue", "slurm-grace"] if compare else [mode]
+    slurm = SlurmModel(grace_time=grace_time, bf_interval=bf_interval,
+                       bf_max_job_test=bf_max_job_test)
+    modes = (["slurmpolicy"] + (["slurm-requeue"] if with_requeue else []) + ["slurm-grace"]
+             if compare else [mode])
+    runs = []
+    size = 0
+    for load in loads:
+        rules = TraceRules(seed=seed, load_scale=load, gpus_per_host=max(table.gpus),
+                           production_fraction=production_fraction, month=month,
+                           classes=tuple(settings.classes), default_class=settings.default_class,
+                           elastic_fraction=elastic_fraction)
+        report = SacctReport()
+        trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
+        if report.rows and load == loads[0]:
+            # What the dump held and what was left out, and why (stderr: --json stays clean).
+            click.echo(report.summary(), err=True)
+        if not trace:
+            why = f" ({report.summary()})" if report.rows else ""
+            raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay{why}")
+        too_big = [j for j in trace if j.gpus > table.total_gpus]
+        if too_big:
+            raise ConfigError(f"{len(too_big)} job(s) ask for more GPUs than the cluster has "
+                              f"({max(j.gpus for j in too_big)} > {table.total_gpus}); "
+                              "use a bigger --hosts")
+        size = len(trace)
+        runs += [Run(trace, table, m, load, settings, slurm, fabric, plan_refresh) for m in modes]
     err = Console(stderr=True)
-    results = []
-    summaries = []
-    for m in modes:
-        raw, summary = _run_one(trace, table, m, settings, slurm, fabric, err, plan_refresh)
-        results.append(raw)
-        summaries.append(summary)
-    pools = _pool_rows(settings, trace)
+    if sys.stderr.isatty() and len(runs) > 1:
+        err.print(f"{len(runs)} replays of {size:,} jobs ...", markup=False)
+    if len(runs) == 1 and sys.stderr.isatty():
+        r = runs[0]
+        raw, summary = _run_one(r.trace, table, r.mode, settings, slurm, fabric, err,
+                                plan_refresh)
+        summary["load"] = r.load
+        results = [(summary, raw.series)]
+    else:
+        results = [(x.summary, x.series) for x in run_all(runs, workers)]
+    by_load = [[results[i * len(modes) + k] for k in range(len(modes))]
+               for i in range(len(loads))]
+    pools = _pool_rows(settings, runs[-1].trace)
     if as_json:
-        out: Any = summaries[0] if len(summaries) == 1 else {
-            "modes": summaries,
-            "targets_vs_slurm_grace": [
-                {"target": t, "slurmpolicy": a, "slurm-grace": b, "met": met}
-                for t, a, b, met in metrics.targets(summaries[0], summaries[-1])]}
+        out: Any
+        if len(results) == 1:
+            out = results[0][0]
+        else:
+            out = {"loads": [
+                {"load": load, "modes": [s for s, _ in group],
+                 "targets": (metrics.targets(group[0][0], group[-1][0]) if compare else [])}
+                for load, group in zip(loads, by_load, strict=True)]}
         if pools:
             out = {**out, "pools": pools}
         click.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         console = Console()
-        title = (f"{len(trace):,} jobs on {table.total_gpus:,} GPUs ({len(table.names)} hosts), "
-                 f"load x{load_scale:g}, seed {seed}")
-        console.print(metrics.render_table(summaries, title))
-        if compare:
-            console.print(metrics.render_targets(summaries[0], summaries[-1]))
+        for load, group in zip(loads, by_load, strict=True):
+            summaries = [s for s, _ in group]
+            title = (f"{size:,} jobs on {table.total_gpus:,} GPUs ({len(table.names)} hosts), "
+                     f"load x{load:g}, seed {seed}")
+            console.print(metrics.render_table(summaries, title))
+            if compare:
+                console.print(metrics.render_targets(summaries[0], summaries[-1],
+                                                     f"targets at load x{load:g}"))
+            for s in summaries:
+                console.print(f"{s['mode']} x{load:g}: replayed in {s['cpu_seconds']:.1f} CPU s"
+                              + (f", {s['plan_calls']:,} plan() calls" if s["plan_calls"]
+                                 else ""))
         if pools:
             console.print(_pool_table(pools))
-        for s in summaries:
-            console.print(f"{s['mode']}: replayed in {s['wall_seconds']:.1f}s"
-                          + (f", {s['plan_calls']:,} plan() calls" if s["plan_calls"] else ""))
     if plot_dir:
         try:
-            written = metrics.plot(results, summaries, Path(plot_dir))
+            written = []
+            for load, group in zip(loads, by_load, strict=True):
+                suffix = f"_x{load:g}" if len(loads) > 1 else ""
+                written += metrics.plot([x for _, x in group], [s for s, _ in group],
+                                        Path(plot_dir), suffix)
         except ImportError:
             err.print("plots skipped: matplotlib is not installed "
                       "(pip install 'slurmpolicy[plot]' or pip install matplotlib)", markup=False)

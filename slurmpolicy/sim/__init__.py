@@ -6,10 +6,12 @@ Public API::
     from slurmpolicy.sim.trace import read_philly, read_sacct, generate, load_trace
     raw, summary = replay(trace, hosts, "slurm-grace")
 
-``trace`` (readers, generator, completion rules), ``cluster`` (hosts and
-Slurm-like placement), ``engine`` (the simulated Slurm and the baselines),
-``driver`` (the slurmpolicy mode: the daemon's cycle in simulated time) and
-``metrics`` (figures, table, JSON, plots).
+Read it top down: ``trace`` (readers, generator, completion rules),
+``cluster`` (hosts and Slurm-like placement), ``engine`` (the simulated Slurm
+and the baselines; it knows the daemon only as the ``Daemon`` protocol),
+``driver`` (the slurmpolicy mode: the daemon's cycle in simulated time, built
+on the engine), ``metrics`` (figures, table, JSON, plots) and ``sweep``
+(several replays in parallel processes).
 """
 
 from __future__ import annotations
@@ -41,12 +43,20 @@ def replay(
                   gpu_type=hosts.gpu_type)
     started = time.perf_counter()
     cpu = time.process_time()
+    daemon = None
+    if Mode(mode) is Mode.SLURMPOLICY:
+        from functools import partial
+
+        from slurmpolicy.sim.driver import PolicyDriver
+
+        daemon = partial(PolicyDriver, refresh=plan_refresh)
     sim = Simulator(trace, fresh, mode, settings=settings, slurm=slurm, fabric=fabric,
-                    progress=progress, plan_refresh=plan_refresh)
+                    progress=progress, daemon=daemon)
     raw = sim.run()
     raw.wall_seconds = time.perf_counter() - started
     raw.cpu_seconds = time.process_time() - cpu
     raw.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    if sim.driver is not None:
-        raw.actions = dict(sim.driver.actions_applied)
+    applied = getattr(sim.driver, "actions_applied", None)
+    if applied is not None:
+        raw.actions = dict(applied)
     return raw, summarize(raw)

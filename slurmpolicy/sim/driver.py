@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slurmpolicy.errors import ConfigError
 from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
@@ -54,9 +54,8 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
     VictimState,
 )
+from slurmpolicy.sim.engine import SimJob, Simulator
 
-if TYPE_CHECKING:
-    from slurmpolicy.sim.engine import SimJob, Simulator
 
 class PolicyUnavailable(ConfigError):
     """The policy package has no plan() to drive."""
@@ -103,6 +102,15 @@ class PolicyDriver:
         #: Signalled victims awaiting their requeue: job id -> (restart count,
         #: signalled at, deadline), epoch seconds as in the intents.
         self.awaiting: dict[int, tuple[int, float, float]] = {}
+
+    def submitted(self, job: SimJob) -> None:
+        """A job is submitted: job_submit.lua gives it its class weight as its
+        site factor (``plugin.set_site_factor``), so it has its class standing
+        before any plan; plan() later sets the full factor from there."""
+        if self.sim.settings.plugin.set_site_factor:
+            cls = self.sim.settings.classes.get(job.spec.job_class)
+            if cls is not None and cls.weight > 0:
+                job.site_factor = cls.weight  # before it is queued: no re-sort
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:
@@ -199,6 +207,9 @@ class PolicyDriver:
             start = (action.start_time or now) - EPOCH
             sim.set_reservation(action.reservation, action.nodes, start, start + duration,
                                 action.beneficiary)
+            b = sim.by_id.get(action.beneficiary)
+            if b is not None and b.benefit_at is None and b.state == 0:
+                b.benefit_at = sim.now
         elif isinstance(action, DeleteReservation):
             sim.delete_reservation(action.name)
         elif isinstance(action, SignalCheckpoint):

@@ -34,11 +34,25 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from slurmpolicy.settings import Settings
 from slurmpolicy.sim.cluster import Hosts
 from slurmpolicy.sim.trace import TraceJob
+
+
+class Daemon(Protocol):
+    """What the simulated Slurm asks of the daemon driving it (slurmpolicy mode);
+    :class:`slurmpolicy.sim.driver.PolicyDriver` is the one implementation."""
+
+    awaiting: dict[int, tuple[int, float, float]]
+
+    def needs_cycle(self) -> bool: ...
+    def poll_due(self) -> bool: ...
+    def cycle(self) -> None: ...
+    def submitted(self, job: SimJob) -> None: ...
+    def enqueued(self, job: SimJob) -> None: ...
+    def job_ended(self, job: SimJob) -> None: ...
 
 
 class Mode(StrEnum):
@@ -49,15 +63,25 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SlurmModel:
-    """Slurm's configuration and latencies as simulated (slurm.conf names in comments)."""
+    """Slurm's configuration as simulated; each field names the slurm.conf
+    parameter it stands for (defaults: Slurm's own, src/plugins/sched/backfill/backfill.c
+    and slurm.conf(5) of Slurm 25.11)."""
 
-    #: bf_interval: seconds between backfill passes.
+    #: SchedulerParameters=bf_interval: seconds between backfill passes (30).
     bf_interval: float = 30.0
-    #: bf_max_job_test: jobs the backfill pass looks at.
+    #: SchedulerParameters=bf_max_job_test: jobs one backfill pass tests (500);
+    #: every tested job that cannot start now gets a reservation.
     bf_max_job_test: int = 500
-    #: default_queue_depth: jobs the main (event) scheduler looks at.
+    #: SchedulerParameters=bf_window: how far ahead backfill plans (1440 min);
+    #: a job whose earliest start lies beyond it gets no reservation.
+    bf_window: float = 86400.0
+    #: SchedulerParameters=bf_resolution: time granularity of the plan (60 s);
+    #: running jobs' ends are rounded up to it, as backfill.c does.
+    bf_resolution: float = 60.0
+    #: SchedulerParameters=default_queue_depth: jobs the event-triggered main
+    #: scheduler looks at (100).
     queue_depth: int = 100
-    #: PriorityCalcPeriod.
+    #: PriorityCalcPeriod (5 min).
     priority_calc_period: float = 300.0
     #: PriorityWeightAge / PriorityMaxAge.
     weight_age: int = 1000
@@ -65,15 +89,26 @@ class SlurmModel:
     #: PriorityWeightFairshare / PriorityDecayHalfLife.
     weight_fairshare: int = 10_000
     fairshare_half_life: float = 7 * 86400.0
-    #: Seconds from a higher-tier job being blocked to its victims' signal
-    #: (measured on Slurm 22.05: SIGTERM 53 s after submission).
-    preempt_latency: float = 53.0
-    #: GraceTime of the preemptable partitions (slurm-grace mode).
-    grace_time: float = 30.0
-    #: Seconds from a victim's exit to its GPUs being scheduled again (57 - 53 - 3).
+    #: GraceTime of the preemptable partitions (slurm-grace mode). 150 s covers
+    #: the longest save of the trace rules (120 s): no victim is cut off.
+    grace_time: float = 150.0
+    #: Seconds from a victim's exit to its GPUs being scheduled again (epilog
+    #: and requeue; measured 1 s on Slurm 22.05).
     requeue_latency: float = 1.0
     #: Partition PriorityTier of each class in the baselines.
     tiers: tuple[tuple[str, int], ...] = (("production", 3), ("research", 2), ("experimental", 1))
+
+    def next_backfill(self, t: float) -> float:
+        """The first backfill pass at or after ``t`` (passes at multiples of bf_interval).
+
+        preempt/partition_prio preempts from the backfill pass: backfill.c tests
+        each job with its preemptee candidates and starts it by preempting them.
+        So Slurm's preemption latency is the wait for the next pass (0 to
+        bf_interval): 0-1 s with bf_interval=1 on the dev cluster; the 53 s we
+        measured on a default Slurm 22.05 is longer than this model gives, so
+        the model favours Slurm."""
+        k = math.ceil(t / self.bf_interval - 1e-9)
+        return max(t, k * self.bf_interval)
 
 
 # Event kinds, in the order they are handled at the same instant.
@@ -81,6 +116,73 @@ class SlurmModel:
  _MARK, _POLL) = range(12)
 
 PENDING, RUNNING, DONE = 0, 1, 2
+
+
+def _roundup(t: float, res: float) -> float:
+    """``t`` rounded up to a multiple of ``res`` (backfill.c's ROUNDUP of end times)."""
+    return math.ceil(t / res - 1e-9) * res if res > 0 else t
+
+
+class _FreeSteps:
+    """Free GPUs of each host over time in one backfill pass, as running jobs
+    end by their expected ends (rounded up to bf_resolution): per host a short
+    list of (time, free GPUs from then on)."""
+
+    def __init__(self, sim: Simulator, now: float, res: float) -> None:
+        self.now = now
+        self.res = res
+        free = sim.hosts.free
+        events: dict[int, list[tuple[float, int]]] = {}
+        for r in sim.running.values():
+            end = max(now, _roundup(sim._expected_end(r), res))
+            for h, g in r.alloc:
+                events.setdefault(h, []).append((end, g))
+        self.steps: list[list[tuple[float, int]]] = []
+        for h, f in enumerate(free):
+            row = [(now, f)]
+            for t, g in sorted(events.get(h, ())):
+                f += g
+                if t == row[-1][0]:
+                    row[-1] = (t, f)
+                else:
+                    row.append((t, f))
+            self.steps.append(row)
+        self._ready: dict[int, list[float]] = {}
+
+    def started(self, j: SimJob, end: float) -> None:
+        """A job started in this pass: its GPUs are busy until ``end``."""
+        for h, g in j.alloc:
+            row = self.steps[h]
+            new = [(t, f - g) if t < end else (t, f) for t, f in row]
+            if all(t != end for t, _ in row):
+                before = [f for t, f in row if t < end]
+                new.append((end, before[-1] + 0 if before else 0))
+                new.sort()
+            self.steps[h] = new
+        self._ready.clear()
+
+    def free_at(self, h: int, t: float) -> int:
+        f = 0
+        for st, sf in self.steps[h]:
+            if st > t:
+                break
+            f = sf
+        return f
+
+    def ready(self, gpn: int) -> list[float]:
+        """Per host, the first time it has ``gpn`` GPUs free (inf: never)."""
+        hit = self._ready.get(gpn)
+        if hit is None:
+            hit = []
+            for row in self.steps:
+                t = math.inf
+                for st, sf in row:
+                    if sf >= gpn:
+                        t = st
+                        break
+                hit.append(t)
+            self._ready[gpn] = hit
+        return hit
 
 
 class SimJob:
@@ -91,6 +193,7 @@ class SimJob:
         "alloc",
         "base",
         "begin_time",
+        "benefit_at",
         "cap",
         "ckpt",
         "eligible",
@@ -98,6 +201,7 @@ class SimJob:
         "first_start",
         "floor",
         "gpus_now",
+        "grace_idle",
         "id",
         "key",
         "lost_work",
@@ -164,6 +268,12 @@ class SimJob:
         self.signal_at: float | None = None
         self.preempt_asked = False
         self.runs = 0
+        #: Seconds this job spent signalled and not working for itself: from a
+        #: preemption signal to its save's end, or to its requeue (x GPUs: the
+        #: GPU time idle while a victim is in grace).
+        self.grace_idle = 0.0
+        #: When victims were first signalled for this job (it is a beneficiary).
+        self.benefit_at: float | None = None
         # Elastic jobs (spec.min_nodes): the GPUs of this run, the most nodes the
         # next start may take (a shrink lowers it), and progress per second
         # (nodes now / nodes asked: work is counted at the full size).
@@ -193,6 +303,9 @@ class SimReservation:
     start: float
     end: float
     job_id: int
+    #: Users= of the reservation: the daemon names the beneficiary's user
+    #: (daemon/executor.py), so with MAGNETIC their other jobs may land in it.
+    users: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -228,6 +341,11 @@ class RawResult:
     events: int = 0
     #: slurmpolicy mode: how many actions of each kind were applied.
     actions: dict[str, int] = field(default_factory=dict)
+    #: Per beneficiary start: seconds from its victims' signal to its start.
+    benefit_delays: list[float] = field(default_factory=list)
+    #: Backfill passes run, jobs tested and reservations planned in them.
+    backfill_passes: int = 0
+    backfill_reservations: int = 0
 
 
 class Simulator:
@@ -238,7 +356,7 @@ class Simulator:
         settings: Settings | None = None, slurm: SlurmModel | None = None,
         fabric: Any = None, sample_interval: float = 3600.0,
         progress: Callable[[float, float], None] | None = None,
-        plan_refresh: float = 300.0,
+        daemon: Callable[[Simulator], Daemon] | None = None,
     ) -> None:
         self.mode = Mode(mode)
         self.settings = settings or Settings()
@@ -283,11 +401,20 @@ class Simulator:
         self.plan_calls = 0
         self.events = 0
         self._progress = progress
-        self.driver: Any = None
+        self.benefit_delays: list[float] = []
+        self._resv_version = 0
+        self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
+        self.bf_passes = 0
+        self.bf_reservations = 0
+        #: The shortest time limit of the trace: a host is of use to a backfill
+        #: start only when it is free of reservations for at least this long.
+        self.min_limit = min((j.spec.time_limit for j in self.jobs), default=0.0)
+        self.driver: Daemon | None = None
         if self.mode is Mode.SLURMPOLICY:
-            from slurmpolicy.sim.driver import PolicyDriver
-
-            self.driver = PolicyDriver(self, refresh=plan_refresh)
+            if daemon is None:
+                raise ValueError("the slurmpolicy mode needs its daemon: "
+                                 "use slurmpolicy.sim.replay() or pass daemon=PolicyDriver")
+            self.driver = daemon(self)
 
     # --- events ---------------------------------------------------------------------
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -321,7 +448,7 @@ class Simulator:
                 self.schedule(backfill=False)
             elif kind == _BACKFILL:
                 if self._bf_changed and self.pending_count:
-                    self.schedule(backfill=True)
+                    self.backfill()
                 self.push(t + self.slurm.bf_interval, _BACKFILL)
             elif kind == _RECALC:
                 self._recalc()
@@ -333,6 +460,7 @@ class Simulator:
                 self._sample()
                 self.push(t + self.sample_interval, _SAMPLE)
             elif kind == _DAEMON:
+                assert self.driver is not None
                 if self.changed or self.driver.needs_cycle():
                     self.changed = False
                     self.driver.cycle()
@@ -344,6 +472,7 @@ class Simulator:
                 # one can move on (ack seen, deadline passed, victim gone): the
                 # other short cycles would plan nothing new for it.
                 self._poll_at = None
+                assert self.driver is not None
                 if self.driver.poll_due():
                     self.changed = False
                     self.driver.cycle()
@@ -362,11 +491,13 @@ class Simulator:
             last_arrival=last_arrival, makespan=self.now, series=self.series,
             multi_node=self.multi[0], multi_in_leaf=self.multi[1], multi_in_nvlink=self.multi[2],
             plan_calls=self.plan_calls, events=self.events,
+            benefit_delays=self.benefit_delays, backfill_passes=self.bf_passes,
+            backfill_reservations=self.bf_reservations,
         )
 
     def _schedule_poll(self, t: float) -> None:
         poll = self.settings.daemon.preemption_poll
-        if (self._poll_at is None and self.driver.awaiting
+        if (self._poll_at is None and self.driver is not None and self.driver.awaiting
                 and poll < self.settings.daemon.interval):
             self._poll_at = t + poll
             self.push(self._poll_at, _POLL)
@@ -450,6 +581,8 @@ class Simulator:
     def _on_arrive(self, job_id: int, _: int) -> None:
         j = self.by_id[job_id]
         j.eligible = self.now
+        if self.driver is not None:
+            self.driver.submitted(j)
         self._enqueue(j)
         self.kick()
 
@@ -477,6 +610,9 @@ class Simulator:
         j.preempting = False
         j.signal_at = None
         j.preempt_asked = False
+        if j.benefit_at is not None:
+            self.benefit_delays.append(now - j.benefit_at)
+            j.benefit_at = None
         if j.first_start is None:
             j.first_start = now
             if j.spec.nodes > 1:
@@ -504,6 +640,7 @@ class Simulator:
         if j.ver != ver or j.state != RUNNING:
             return
         j.ckpt = j.spec.duration
+        self._close_grace(j, requeued=False)
         self._stop(j)
         j.state = DONE
         j.end = self.now
@@ -525,6 +662,7 @@ class Simulator:
             j.shrinks += 1
         p = j.progress(self.now)
         j.lost_work += max(0.0, p - keep)
+        self._close_grace(j, requeued=True)
         j.ckpt = keep
         j.preemptions += 1
         j.restarts += 1
@@ -539,6 +677,7 @@ class Simulator:
         Returns the sim time at which the save is written (the job's ack).
         """
         now = self.now
+        self._close_grace(j, requeued=False)
         j.signal_at = now
         p = j.progress(now)
         # Training stops while the checkpoint is written; the clock restarts after.
@@ -551,6 +690,15 @@ class Simulator:
         done = now + j.spec.save_time
         self.push(done, _SAVED, j.id, j.ver)
         return done
+
+    def _close_grace(self, j: SimJob, requeued: bool) -> None:
+        """Count the time since the job's signal as idle in grace: all of it when
+        the signal ends in a requeue, else only the save (the job worked on)."""
+        if j.signal_at is None:
+            return
+        spent = self.now - j.signal_at
+        j.grace_idle += spent if requeued else min(spent, j.spec.save_time)
+        j.signal_at = None
 
     def _on_saved(self, job_id: int, ver: int) -> None:
         j = self.by_id[job_id]
@@ -575,13 +723,19 @@ class Simulator:
 
     # --- scheduling ---------------------------------------------------------------
     def _usable(self, j: SimJob) -> list[bool] | None:
-        """Hosts ``j`` may use given the reservations (None: all)."""
+        """Hosts ``j`` may use given the reservations (None: all).
+
+        As slurmctld treats our reservations (``IGNORE_JOBS,MAGNETIC``, ``Users=``
+        the beneficiary's user): a job of a user the reservation names may run
+        in it; any other job may use its hosts only if its time limit ends
+        before the reservation starts."""
         if not self.reservations:
             return None
         ok = [True] * len(self.hosts.names)
         end = self.now + j.spec.time_limit
+        user = j.spec.user
         for r in self.reservations.values():
-            if r.job_id == j.id or r.end <= self.now or end <= r.start:
+            if r.job_id == j.id or r.end <= self.now or end <= r.start or user in r.users:
                 continue
             for h in r.hosts:
                 ok[h] = False
@@ -616,122 +770,243 @@ class Simulator:
                 usable[h] = False
         return self.hosts.place(n, spec.gpus_per_node, usable=usable)
 
-    def schedule(self, backfill: bool) -> None:
-        """One pass of Slurm's main scheduler (strict order) or of EASY backfill."""
-        now = self.now
+    def schedule(self, backfill: bool = False) -> None:
+        """One pass of Slurm's main scheduler: jobs in priority order (partition
+        PriorityTier first) up to ``default_queue_depth``, stopping at the first
+        that does not fit, as job_scheduler.c does within a partition. With
+        ``backfill`` it runs :meth:`backfill` instead."""
         if backfill:
-            self._bf_changed = False
+            self.backfill()
+            return
+        now = self.now
         queue = self._ordered()
-        depth = self.slurm.bf_max_job_test if backfill else self.slurm.queue_depth
-        head: SimJob | None = None
-        shadow = math.inf
-        head_hosts: set[int] = set()
-        failed: set[tuple[int, int, bool, bool]] = set()
-        started = False
         seen = 0
-        min_resv = min((r.start for r in self.reservations.values()), default=math.inf)
         for key in queue:
             j = self.by_id[key[-1]]
             if j.state != PENDING or j.key is not key:
                 continue
             seen += 1
-            if seen > depth:
+            if seen > self.slurm.queue_depth:
                 break
-            if self.hosts.free_gpus <= 0:
-                # Nothing can start; Slurm still weighs preemption for the waiting jobs.
-                if self.mode is Mode.SLURMPOLICY:
-                    break
-                self._blocked(j)
-                if not backfill:
-                    break
+            if j.begin_time is not None and j.begin_time > now:
                 continue
+            alloc = self._try_place(j) if self.hosts.free_gpus > 0 else None
+            if alloc is not None:
+                self._start(j, alloc)
+                self._bf_changed = True
+                continue
+            self._blocked(j)
+            if j.resv is not None:
+                continue  # a reserved job waits for its own nodes only
+            break
+
+    def backfill(self) -> None:
+        """One pass of sched/backfill as backfill.c's ``_attempt_backfill`` does it.
+
+        Up to ``bf_max_job_test`` pending jobs in priority order are tested.
+        A job starts now if some hosts fit it and no reservation planned
+        earlier in this pass (or one of ours) claims them before its time
+        limit ends. Otherwise it gets its earliest start from the running
+        jobs' time limits (rounded up to ``bf_resolution``) and, when that is
+        within ``bf_window``, a reservation of whole hosts for its time limit:
+        backfill.c's ``_add_reservation`` takes the nodes out of the node
+        space map from start to end, so later jobs may not use them then.
+        Reservations live for one pass, as Slurm rebuilds its map each pass.
+        Once no host can start any job now (every host full or claimed within
+        the trace's shortest limit) the rest of the pass can change nothing
+        but preemption, which is all that is then done."""
+        now = self.now
+        self._bf_changed = False
+        self.bf_passes += 1
+        sm = self.slurm
+        res = sm.bf_resolution
+        hosts = self.hosts
+        free = hosts.free
+        queue = list(self._ordered())
+        n_hosts = len(hosts.names)
+        #: The node space map: per host, planned (start, end) claims of this pass.
+        planned: dict[int, list[tuple[float, float]]] = {}
+        steps = _FreeSteps(self, now, res)
+        window_end = now + sm.bf_window
+        soon = now + self.min_limit
+        #: Hosts where some job could still start now.
+        open_hosts = {h for h in range(n_hosts) if free[h] > 0}
+        tested = 0
+        started = False
+        no_victims: set[tuple[int, int, int]] = set()
+        baseline = self.mode is not Mode.SLURMPOLICY
+        for key in queue:
+            j = self.by_id[key[-1]]
+            if j.state != PENDING or j.key is not key:
+                continue
+            tested += 1
+            if tested > sm.bf_max_job_test:
+                break
             if j.begin_time is not None and j.begin_time > now:
                 continue
             spec = j.spec
-            shape = (spec.nodes, spec.gpus_per_node, now + spec.time_limit <= min_resv,
-                     now + spec.time_limit <= shadow)
-            if j.resv is None and shape in failed and head is not None:
-                self._blocked(j)
+            if not open_hosts and (j.tier <= 1 or j.preempt_asked or baseline is False):
+                continue  # nothing can start now and this job may not preempt
+            limit = _roundup(spec.time_limit, res)
+            stop = now + limit
+            claimed = {h for h, c in planned.items() if c[0][0] < stop}
+            alloc = None
+            if open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node:
+                alloc = self._try_place(j, avoid=claimed)
+            if alloc is not None:
+                self._start(j, alloc)
+                started = True
+                steps.started(j, _roundup(now + spec.time_limit, res))
+                for h, _ in alloc:
+                    if free[h] <= 0:
+                        open_hosts.discard(h)
                 continue
-            if head is None:
-                alloc = self._try_place(j)
-                if alloc is not None:
-                    self._start(j, alloc)
-                    started = True
-                    continue
-                failed.add(shape)
-                self._blocked(j)
-                if j.resv is not None:
-                    continue  # a reserved job waits for its own nodes only
-                if not backfill:
-                    break
-                head = j
-                shadow, head_hosts = self._shadow(j)
+            freed = self._preempt_for(j, claimed, no_victims)
+            if freed:
+                # The freed hosts are the beneficiary's in this pass's plan.
+                for h in freed:
+                    bisect.insort(planned.setdefault(h, []), (now, now + limit))
+                    open_hosts.discard(h)
                 continue
-            # Backfill: start only what does not delay the head job.
-            if now + spec.time_limit <= shadow:
-                alloc = self._try_place(j, avoid=None)
-            else:
-                alloc = self._try_place(j, avoid=head_hosts)
-            if alloc is None:
-                failed.add(shape)
-                self._blocked(j)
+            if not open_hosts:
+                continue  # nothing can start now: the rest of the plan changes nothing
+            start, chosen = self._earliest(j, planned, steps, window_end, limit)
+            if not chosen:
                 continue
-            self._start(j, alloc)
-            started = True
+            self.bf_reservations += 1
+            for h in chosen:
+                bisect.insort(planned.setdefault(h, []), (start, start + limit))
+                if start < soon:
+                    open_hosts.discard(h)
         if started:
             self._bf_changed = True
 
-    def _shadow(self, head: SimJob) -> tuple[float, set[int]]:
-        """When and where the head job could start as running jobs end by their limits."""
-        spec = head.spec
-        free = list(self.hosts.free)
-        usable = self._usable(head)
-        if usable is not None:
-            for h, ok in enumerate(usable):
-                if not ok:
-                    free[h] = -10**9
+    def _expected_end(self, r: SimJob) -> float:
+        """When Slurm expects a running job to end: its time limit, or, for a
+        victim of its own preemption, the end of its GraceTime (slurmctld sets
+        the preempted job's end_time to now + GraceTime)."""
+        end = r.run_start + r.spec.time_limit
+        if r.preempting and r.signal_at is not None and self.mode is Mode.SLURM_GRACE:
+            end = min(end, r.signal_at + self.slurm.grace_time)
+        return end
+
+    def _reservation_claims(self, j: SimJob, now: float) -> dict[int, list[tuple[float, float]]]:
+        """Our reservations as claims on their hosts, for a job they keep out
+        (not its own, not naming its user); one answer per user in a pass."""
+        if not self.reservations:
+            return {}
+        key = (j.spec.user, now, self._resv_version)
+        if j.resv is None:
+            hit = self._resv_claims.get(key)
+            if hit is not None:
+                return hit
+        extra: dict[int, list[tuple[float, float]]] = {}
+        for r in self.reservations.values():
+            if r.job_id == j.id or j.spec.user in r.users or r.end <= now:
+                continue
+            for h in r.hosts:
+                bisect.insort(extra.setdefault(h, []), (r.start, r.end))
+        if j.resv is None:
+            if len(self._resv_claims) > 256:
+                self._resv_claims.clear()
+            self._resv_claims[key] = extra
+        return extra
+
+    def _earliest(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
+                  steps: _FreeSteps, window_end: float,
+                  limit: float) -> tuple[float, list[int]]:
+        """When and on which hosts ``j`` could start as running jobs end by their
+        limits, avoiding the pass's planned claims and reservations it may not
+        use: (start, hosts), or (inf, []) beyond ``bf_window``.
+
+        Per host: the first time it has the GPUs (``steps``), then pushed past
+        every claim that overlaps the job's span; a multi-node job takes the
+        first time at which enough hosts are clear together."""
+        now = self.now
+        spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
-        fits = sum(1 for f in free if f >= gpn)
-        ends = sorted((j.run_start + j.spec.time_limit, j.id) for j in self.running.values())
-        for end, jid in ends:
-            for h, g in self.by_id[jid].alloc:
-                before = free[h] >= gpn
-                free[h] += g
-                if not before and free[h] >= gpn:
-                    fits += 1
-                    if n == 1:
-                        return max(end, self.now), {h}
-            if fits >= n:
-                cand = [h for h, f in enumerate(free) if f >= gpn]
-                saved = self.hosts.free
-                self.hosts.free = free
-                try:
-                    alloc = self.hosts.place(n, gpn)
-                finally:
-                    self.hosts.free = saved
-                return max(end, self.now), {h for h, _ in alloc} if alloc else set(cand)
-        return math.inf, set()
+        extra = self._reservation_claims(j, now)
+        ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
+
+        def clear_from(h: int, t: float) -> float:
+            # Both lists are sorted by start; repeat until no claim overlaps.
+            lists = (planned.get(h), extra.get(h))
+            moved = True
+            while moved:
+                moved = False
+                for claims in lists:
+                    for s0, e0 in claims or ():
+                        if s0 >= t + limit:
+                            break
+                        if e0 > t:
+                            t, moved = e0, True
+            return t
+
+        if n == 1:
+            best = (math.inf, 0, -1)
+            for h, t in enumerate(ready):
+                if t > best[0] or t > window_end:
+                    continue
+                if h in planned or h in extra:
+                    t = clear_from(h, t)
+                    if t > best[0]:
+                        continue
+                cand = (t, steps.free_at(h, t), h)
+                if cand < best:
+                    best = cand
+            if best[2] < 0 or best[0] > window_end:
+                return math.inf, []
+            return best[0], [best[2]]
+        times = sorted({t for t in ready if t <= window_end}
+                       | {e for c in (*planned.values(), *extra.values())
+                          for _, e in c if now < e <= window_end})
+        for t in times:
+            ok = [rt <= t and ((h not in planned and h not in extra) or clear_from(h, t) == t)
+                  for h, rt in enumerate(ready)]
+            if sum(ok) < n:
+                continue
+            hosts = self.hosts
+            saved = hosts.free
+            hosts.free = [steps.free_at(h, t) for h in range(len(saved))]
+            try:
+                alloc = hosts.place(n, gpn, usable=ok)
+            finally:
+                hosts.free = saved
+            if alloc:
+                return t, [h for h, _ in alloc]
+        return math.inf, []
 
     # --- Slurm's own preemption (baselines) --------------------------------------
     def _blocked(self, j: SimJob) -> None:
-        if (self.mode is Mode.SLURMPOLICY or j.preempt_asked or j.tier <= 1):
-            return
-        j.preempt_asked = True
-        self.push(self.now + self.slurm.preempt_latency, _PREEMPT, j.id, j.restarts)
+        """The main scheduler found a job blocked: a higher-tier job waits for
+        the next backfill pass, which may preempt for it (the latency that
+        bf_interval sets; see :meth:`SlurmModel.next_backfill`)."""
+        if self.mode is not Mode.SLURMPOLICY and j.tier > 1:
+            self._bf_changed = True
 
-    def _on_preempt_check(self, job_id: int, restarts: int) -> None:
-        j = self.by_id[job_id]
-        if j.state != PENDING or j.restarts != restarts:
-            return
-        j.preempt_asked = False
-        if self._try_place(j) is not None:
-            self.kick()
-            return
-        victims = self._choose_victims(j)
+    def _preempt_for(self, j: SimJob, claimed: set[int],
+                     no_victims: set[tuple[int, int, int]]) -> list[int]:
+        """In a backfill pass: preempt/partition_prio frees hosts for ``j`` from
+        lower-tier jobs, outside the hosts that higher-priority jobs claimed in
+        this pass. Victims get SIGTERM (GraceTime) or are requeued at once
+        (PREEMPT_MODE=REQUEUE). Returns the hosts freed for ``j`` (none when
+        it cannot preempt, or its earlier victims are still in grace)."""
+        if self.mode is Mode.SLURMPOLICY or j.tier <= 1 or j.preempt_asked:
+            return []
+        spec = j.spec
+        shape = (spec.nodes, spec.gpus_per_node, j.tier)
+        if shape in no_victims:
+            return []
+        victims, hosts = self._choose_victims(j, claimed)
         if not victims:
-            return
-        j.preempt_asked = True  # wait for these victims before choosing more
+            no_victims.add(shape)
+            return []
+        # Victims in grace are not chosen again (preempt_in_progress in
+        # backfill.c) until the grace is over.
+        j.preempt_asked = True
+        self.push(self.now + self.slurm.grace_time + 1.0, _PREEMPT, j.id, j.restarts)
+        if j.benefit_at is None:
+            j.benefit_at = self.now
         for v in victims:
             v.preempting = True
             if self.mode is Mode.SLURM_REQUEUE:
@@ -741,10 +1016,18 @@ class Simulator:
                 self.signal_save(v)
                 if v.spec.save_time > self.slurm.grace_time:
                     self.push(self.now + self.slurm.grace_time, _EXIT, v.id, v.ver)
-        self.push(self.now + self.slurm.grace_time + self.slurm.preempt_latency, _PREEMPT,
-                  j.id, j.restarts)
+        return hosts
 
-    def _choose_victims(self, j: SimJob) -> list[SimJob]:
+    def _on_preempt_check(self, job_id: int, restarts: int) -> None:
+        """The grace of a job's victims is over: it may preempt again if still blocked."""
+        j = self.by_id[job_id]
+        if j.state != PENDING or j.restarts != restarts:
+            return
+        j.preempt_asked = False
+        self.kick()
+
+    def _choose_victims(self, j: SimJob,
+                        claimed: set[int]) -> tuple[list[SimJob], list[int]]:
         """preempt/partition_prio: lower-tier running jobs whose GPUs let ``j`` start.
 
         Lowest tier first, then youngest; the host (or hosts, preferring one
@@ -765,7 +1048,7 @@ class Simulator:
         options: list[tuple[int, int, list[SimJob]]] = []  # (cost, host, victims)
         free = self.hosts.free
         for h, cands in by_host.items():
-            if usable is not None and not usable[h]:
+            if (usable is not None and not usable[h]) or h in claimed:
                 continue
             have = free[h]
             if have + sum(g for c in cands for hh, g in c.alloc if hh == h) < spec.gpus_per_node:
@@ -780,10 +1063,11 @@ class Simulator:
             options.append((sum(c.spec.gpus for c in chosen), h, chosen))
         # Hosts already free enough count as zero-cost options.
         for h, f in enumerate(free):
-            if f >= spec.gpus_per_node and h not in by_host and (usable is None or usable[h]):
+            if (f >= spec.gpus_per_node and h not in by_host and h not in claimed
+                    and (usable is None or usable[h])):
                 options.append((0, h, []))
         if len(options) < spec.nodes:
-            return []
+            return [], []
         options.sort(key=lambda o: (o[0], o[1]))
         if spec.nodes > 1:
             by_leaf: dict[int, list[tuple[int, int, list[SimJob]]]] = {}
@@ -798,14 +1082,16 @@ class Simulator:
         for _, _, vs in picked:
             for v in vs:
                 victims[v.id] = v
-        return sorted(victims.values(), key=lambda v: v.id)
+        return sorted(victims.values(), key=lambda v: v.id), [o[1] for o in picked]
 
     # --- reservations and begin times (slurmpolicy's levers) ------------------------
     def set_reservation(self, name: str, hosts: Sequence[str], start: float, end: float,
                         job_id: int) -> None:
         idx = tuple(self.hosts.index[h] for h in hosts if h in self.hosts.index)
-        self.reservations[name] = SimReservation(name, idx, start, end, job_id)
         j = self.by_id.get(job_id)
+        users = (j.spec.user,) if j is not None else ()
+        self.reservations[name] = SimReservation(name, idx, start, end, job_id, users)
+        self._resv_version += 1
         if j is not None and j.state == PENDING:
             j.resv = name
         self.kick()
@@ -816,6 +1102,7 @@ class Simulator:
         r = self.reservations.pop(name, None)
         if r is None:
             return
+        self._resv_version += 1
         j = self.by_id.get(r.job_id)
         if j is not None and j.resv == name:
             j.resv = None

@@ -92,6 +92,9 @@ class TraceRules:
     overestimate: tuple[float, float] = (1.5, 4.0)
     #: Arrival times are divided by this (2.0: twice as many jobs per hour).
     load_scale: float = 1.0
+    #: Philly: keep only jobs submitted in this month (``YYYY-MM``; "" keeps all),
+    #: to check a change on a month it was not tuned on.
+    month: str = ""
     #: Fraction of multi-node jobs that are elastic (``--nodes=MIN-MAX`` with MIN
     #: half their size, rounded up); drawn from a generator of their own, so
     #: that the other draws, and so every other job, stay the same.
@@ -172,6 +175,8 @@ def read_philly(
         for lineno, row in enumerate(reader, start=2):
             if limit is not None and len(raw) >= limit:
                 break
+            if rules.month and not (row.get("timestamp") or "").startswith(rules.month):
+                continue
             try:
                 submit = _epoch(row["timestamp"])
                 duration = float(row["duration"])

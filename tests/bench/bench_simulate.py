@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-scale", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hosts", type=int, default=128)
-    ap.add_argument("--modes", default="slurmpolicy,slurm-requeue,slurm-grace")
+    ap.add_argument("--modes", default="slurmpolicy,slurm-grace")
     ap.add_argument("--json", dest="json_out", default=None)
     ap.add_argument("--plan-refresh", type=float, default=300.0)
     args = ap.parse_args(argv)
@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                       plan_refresh=args.plan_refresh)
         total += s["wall_seconds"]
         cpu += s["cpu_seconds"]
+        per_day = s["cpu_seconds"] / max(s["makespan_hours"] / 24.0, 1e-9)
         console.print(f"{mode:>14}: {s['wall_seconds']:7.1f} s wall, "
-                      f"{s['cpu_seconds']:7.1f} s CPU, peak RSS "
+                      f"{s['cpu_seconds']:7.1f} s CPU ({per_day:.2f} CPU s per simulated day), "
+                      f"peak RSS "
                       f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB, "
                       f"{s['events']:,} events, {s['plan_calls']:,} plan() calls")
         summaries.append(s)

@@ -128,6 +128,36 @@ def test_a_script_without_directives_is_left_alone(cluster):
     assert own_line(cluster, job, "AdminComment") is None
 
 
+def test_the_class_weight_is_the_site_factor_from_submission(cluster):
+    """A production job has its class standing in Slurm before any daemon cycle:
+    the plugin sets the site factor (slurmctld lets only the job_submit plugin
+    set it at submit), and priority/multifactor adds it to the priority.
+
+    Pairs of jobs alike but for their class (same account, partition, size,
+    begin time a while away so that age plays no part) differ in priority by
+    exactly the difference of their class weights."""
+    later = ("--begin=now+1hour",)
+
+    def priority(head: str, cls: str) -> int:
+        job = submitted(sbatch_free(cluster, f"#!/bin/bash\n{head}#SPOLICY --class={cls}\ntrue\n",
+                                    *later))
+        return int(cluster.scontrol_show_job(job)["Priority"])
+
+    prod = "#SBATCH --account=prod\n#SBATCH --partition=prod\n"
+    weights = SITE.classes
+    assert (priority(prod, "production") - priority(prod, "experimental")
+            == weights["production"].weight - weights["experimental"].weight)
+    assert (priority("", "research") - priority("", "experimental")
+            == weights["research"].weight - weights["experimental"].weight)
+
+
+def sbatch_free(cluster: LiveCluster, script: str | bytes, *args: str):
+    """sbatch as the test user, not held."""
+    wd = cluster.workdir("directives")
+    return cluster.slurm_cmd("sbatch", "--parsable", f"--chdir={wd}", "--output=/dev/null",
+                             *args, user=job_user(), input=script, check=False, timeout=60)
+
+
 INVALID = {
     "unknown directive": "#SPOLICY --topologie=leaf",
     "bad class": "#SPOLICY --class=reserch",

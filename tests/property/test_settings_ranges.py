@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import ConfigError
 
+
 def _scalar(key: str) -> bool:
     """A key a single ``name = number`` line sets (not a table, list or mapping)."""
     if "NAME" in key:

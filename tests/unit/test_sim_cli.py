@@ -33,19 +33,33 @@ def test_simulate_json_baseline_on_synthetic() -> None:
     assert 0.0 < data["allocation"] <= 1.0
 
 
-def test_simulate_compare_runs_all_modes_with_targets() -> None:
+def test_simulate_compare_runs_the_fair_baseline_at_each_load_with_targets() -> None:
     args = ("--format", "synthetic", "--trace", "jobs=120,interarrival=90", "--hosts", "8",
-            "--hosts-per-leaf", "4", "--compare")
-    code, out = invoke(*args, "--json")
+            "--hosts-per-leaf", "4", "--compare", "--load-scale", "1,2")
+    code, out = invoke(*args, "--json", "--workers", "2")
     assert code == 0, out
     data = json.loads(out)
-    assert [m["mode"] for m in data["modes"]] == ["slurmpolicy", "slurm-requeue", "slurm-grace"]
-    assert data["modes"][0]["plan_calls"] > 0
-    assert {t["target"] for t in data["targets_vs_slurm_grace"]} >= {
-        "GPU-hours lost >= 90% lower", "mean JCT no worse", "GPU allocation >= 70%"}
-    code, out = invoke(*args)
+    assert [x["load"] for x in data["loads"]] == [1.0, 2.0]
+    for group in data["loads"]:
+        assert [m["mode"] for m in group["modes"]] == ["slurmpolicy", "slurm-grace"]
+        assert group["modes"][0]["plan_calls"] > 0
+        assert [t["key"] for t in group["targets"]] == ["prod_p95", "jct", "lost", "idle",
+                                                         "alloc"]
+        for t in group["targets"]:
+            assert t["met"] or t["gap"], t  # a miss always says by how much
+        base = group["modes"][1]
+        assert base["backfill_passes"] > 0 and "idle_in_grace_gpu_hours" in base
+    # The heavier load waits longer in the baseline.
+    assert (data["loads"][1]["modes"][1]["wait"]["mean"]
+            >= data["loads"][0]["modes"][1]["wait"]["mean"])
+    code, out = invoke(*args, "--with-requeue", "--limit", "60")
     assert code == 0, out
-    assert "slurm-grace" in out and "plan() calls" in out
+    assert "slurm-requeue" in out and "targets at load x2" in out and "plan() calls" in out
+
+
+def test_simulate_refuses_a_bad_load() -> None:
+    code, out = invoke("--format", "synthetic", "--trace", "jobs=10", "--load-scale", "2,x")
+    assert code != 0 and "'x' is not a load" in out
 
 
 def test_simulate_refuses_sacct_default_columns(tmp_path: Path) -> None:
@@ -75,7 +89,8 @@ def test_simulate_plots_or_says_why_not(tmp_path: Path) -> None:
         assert "slurmpolicy[plot]" in out
     else:
         assert (tmp_path / "plots" / "allocation.png").stat().st_size > 1000
-        assert (tmp_path / "plots" / "lost_gpu_hours.png").exists()
+        for name in ("wait", "preemption_cost", "beneficiary_delay"):
+            assert (tmp_path / "plots" / f"{name}.png").exists()
 
 
 def test_simulate_on_a_fabric_file_counts_nvlink_domains() -> None:

@@ -6,11 +6,13 @@ size it ran at (and it waits for that)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import msgspec
 
 from slurmpolicy.settings import Settings
 from slurmpolicy.sim import Hosts
+from slurmpolicy.sim.driver import PolicyDriver
 from slurmpolicy.sim.engine import DONE, Simulator
 from slurmpolicy.sim.metrics import rows, summarize
 from slurmpolicy.sim.trace import TraceJob, TraceRules
@@ -25,7 +27,7 @@ def job(job_id: int, submit: float, nodes: int, duration: float, cls: str = "res
 
 def run(trace: list[TraceJob], settings: Settings | None = None) -> Simulator:
     sim = Simulator(trace, Hosts.layout(4, 8, hosts_per_leaf=4), "slurmpolicy",
-                    settings=settings, plan_refresh=0.0)
+                    settings=settings, daemon=partial(PolicyDriver, refresh=0.0))
     RAW[id(sim)] = sim.run()
     assert all(j.state == DONE for j in sim.jobs)
     return sim
