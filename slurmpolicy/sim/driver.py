@@ -10,9 +10,12 @@ daemon's journal does), and applies each action to the simulated Slurm with
 Slurm's semantics:
 
 - SetSiteFactor: the job's priority includes the value from now on;
-- Create/UpdateReservation, StartPreemption: a reservation on the nodes for
-  the beneficiary (MAGNETIC: the beneficiary lands in it; others may use the
-  nodes only if their time limit ends before it starts);
+- Create/UpdateReservation: a starvation reservation on the nodes for the
+  beneficiary (MAGNETIC with its user: that user's jobs may land in it; others
+  may use the nodes only if their time limit ends before it starts);
+- StartPreemption: a reservation bound to the beneficiary alone (the daemon
+  names it on that job and leaves it non-MAGNETIC), so no other job, not even
+  one of the same user, takes the freed nodes;
 - SignalCheckpoint: the victim saves (its own save time), then writes its
   ``ckpt:<epoch>`` ack into its comment;
 - Requeue: the victim stops at once and restarts from its last checkpoint
@@ -205,8 +208,9 @@ class PolicyDriver:
         elif isinstance(action, StartPreemption):
             duration = action.duration or sim.by_id[action.beneficiary].spec.time_limit
             start = (action.start_time or now) - EPOCH
+            # Bound to the beneficiary alone, as the daemon binds it.
             sim.set_reservation(action.reservation, action.nodes, start, start + duration,
-                                action.beneficiary)
+                                action.beneficiary, bound=True)
             b = sim.by_id.get(action.beneficiary)
             if b is not None and b.benefit_at is None and b.state == 0:
                 b.benefit_at = sim.now
@@ -321,8 +325,10 @@ class PolicyDriver:
         reservations = tuple(
             Reservation(name=r.name, nodes=tuple(hosts.names[h] for h in r.hosts),
                         start_time=EPOCH + r.start, end_time=EPOCH + r.end,
-                        flags=frozenset({"MAGNETIC", "IGNORE_JOBS"}),
-                        users=(sim.by_id[r.job_id].spec.user,) if r.job_id in sim.by_id else ())
+                        flags=frozenset({"MAGNETIC", "IGNORE_JOBS"} if r.users
+                                        else {"IGNORE_JOBS"}),
+                        users=r.users or ((sim.by_id[r.job_id].spec.user,)
+                                          if r.job_id in sim.by_id else ()))
             for r in sim.reservations.values())
         return Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
                         cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),

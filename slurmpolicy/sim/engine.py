@@ -303,8 +303,10 @@ class SimReservation:
     start: float
     end: float
     job_id: int
-    #: Users= of the reservation: the daemon names the beneficiary's user
-    #: (daemon/executor.py), so with MAGNETIC their other jobs may land in it.
+    #: Users= of the reservation whose other jobs may land in it. A starvation
+    #: reservation is MAGNETIC with the beneficiary's user; a preemption's is
+    #: bound to the beneficiary job alone (named on it, not MAGNETIC:
+    #: daemon/executor.py PREEMPTION_FLAGS), so it opens to no one else.
     users: tuple[str, ...] = ()
 
 
@@ -1086,10 +1088,11 @@ class Simulator:
 
     # --- reservations and begin times (slurmpolicy's levers) ------------------------
     def set_reservation(self, name: str, hosts: Sequence[str], start: float, end: float,
-                        job_id: int) -> None:
+                        job_id: int, bound: bool = False) -> None:
+        """A reservation for ``job_id``; ``bound``: usable by that job alone (preemption)."""
         idx = tuple(self.hosts.index[h] for h in hosts if h in self.hosts.index)
         j = self.by_id.get(job_id)
-        users = (j.spec.user,) if j is not None else ()
+        users = (j.spec.user,) if j is not None and not bound else ()
         self.reservations[name] = SimReservation(name, idx, start, end, job_id, users)
         self._resv_version += 1
         if j is not None and j.state == PENDING:

@@ -227,6 +227,20 @@ def test_a_magnetic_reservation_takes_jobs_of_the_users_it_names() -> None:
     assert sim._usable(sim.by_id[3]) == [False]
 
 
+def test_a_preemption_reservation_is_bound_to_its_beneficiary_alone() -> None:
+    """As the daemon binds it (named on the job, not MAGNETIC): the same user's
+    other job does not take the freed nodes."""
+    from dataclasses import replace
+
+    own, other = job(2, 0, 8, 100, 3600), replace(job(3, 0, 8, 100, 3600), user="someone")
+    sim = Simulator([job(1, 0, 8, 100, 3600), own, other],
+                    Hosts.layout(1, 8, hosts_per_leaf=1), "slurm-grace")
+    sim.set_reservation("p", [sim.hosts.names[0]], 1000.0, 9000.0, 1, bound=True)
+    assert sim.reservations["p"].users == ()
+    assert sim._usable(sim.by_id[2]) == [False]
+    assert sim._usable(sim.by_id[3]) == [False]
+
+
 def test_production_has_its_class_weight_from_submission_in_slurmpolicy_mode() -> None:
     trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental"),
              job(2, 100, 1, 100, 3600, cls="research"),
