@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from slurmpolicy.durations import humanize
-from slurmpolicy.jobpolicy import last_checkpoint
-from slurmpolicy.model import Job
+from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint
+from slurmpolicy.model import Job, JobState
 from slurmpolicy.policy.actions import (
     Action,
     Annotate,
@@ -58,11 +58,35 @@ def gpu_hours(gpu_seconds: float) -> str:
     return f"{gpu_seconds / 3600:.1f} GPU-h"
 
 
+def checkpoint_age_basis(job: Job, interval: float | None, now: float) -> float:
+    """When the job's last checkpoint was written, as far as slurmpolicy knows:
+    its last reported one (``ckpt:`` in its comment), the last multiple of its
+    declared interval since it started, or its start."""
+    start = job.start_time if job.start_time is not None else now
+    since = start
+    if interval:
+        since = start + ((max(0.0, now - start)) // interval) * interval
+    ckpt = last_checkpoint(job.comment)
+    return max(since, ckpt) if ckpt is not None else since
+
+
+#: Slurm states of a victim that ended by itself after the signal and is
+#: requeued so that it continues (it saved and exited); a cancelled or
+#: timed-out job is not.
+EXIT_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+
+
+def exited_to_continue(job: Job, checkpoint: Checkpoint | None) -> bool:
+    """A signalled victim that exited by itself, and whose protocol says an
+    exit after the signal means "saved, continue me" (not ``exit=done``)."""
+    return (job.state in EXIT_STATES and checkpoint is not None
+            and checkpoint.signal is not None and checkpoint.on_exit == "requeue")
+
+
 def lost_work(ctx: Context, job: Job) -> float:
     """GPU-seconds lost if ``job`` stopped now, plus the cost of restarting it."""
-    start = job.start_time if job.start_time is not None else ctx.now
-    ckpt = last_checkpoint(job.comment)
-    since = max(start, ckpt) if ckpt is not None else start
+    ck = ctx.policy(job).checkpoint
+    since = checkpoint_age_basis(job, ck.interval if ck is not None else None, ctx.now)
     gpus = job_gpus(job)
     return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
 
@@ -425,15 +449,27 @@ def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
     """A planned victim's first step: its checkpoint signal, or (when it has no
     signal to send) its requeue, since there is nothing to wait for."""
     policy = ctx.policy(job)
-    if policy.checkpoint is not None and policy.checkpoint.signal:
+    ck = policy.checkpoint
+    if ck is not None and ck.signal:
         grace = _grace(ctx, job)
+        where = "" if ck.target == "batch" else " (to its job steps)"
+        learned = f"; recognised by {ck.learned}" if ck.learned else ""
         return SignalCheckpoint(
             preemption_id=preemption_id, job_id=job.job_id,
-            restart_count=restart_count, signal=policy.checkpoint.signal,
+            restart_count=restart_count, signal=ck.signal, target=ck.target,
             deadline=ctx.now + grace,
-            reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {job.job_id}"
-                    f" for job {beneficiary}; requeue after its ack or in "
-                    f"{humanize(grace)}"))
+            reason=(f"checkpoint signal {ck.signal}{where} to victim {job.job_id}"
+                    f" for job {beneficiary} (protocol {ck.protocol}{learned}); requeue "
+                    f"after its ack or in {humanize(grace)}"))
+    if ck is not None and ck.interval is not None:
+        return Requeue(
+            preemption_id=preemption_id, job_id=job.job_id,
+            restart_count=restart_count, after="periodic",
+            reason=(f"requeue victim {job.job_id} for job {beneficiary}: protocol periodic "
+                    f"(it checkpoints every {humanize(ck.interval)} by itself, no signal); "
+                    f"its last checkpoint is about "
+                    f"{humanize(ctx.now - checkpoint_age_basis(job, ck.interval, ctx.now))} "
+                    "old"))
     return Requeue(
         preemption_id=preemption_id, job_id=job.job_id,
         restart_count=restart_count, after="no-checkpoint",
@@ -443,8 +479,26 @@ def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
 
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
-    s = ctx.settings.preemption
     beneficiary = ctx.by_id.get(p.beneficiary)
+    # Victims that saved and exited after the signal (NeMo-style) are requeued
+    # whatever happens to the preemption: they stopped for it and must continue.
+    exits: list[Action] = []
+    for v in p.victims:
+        job = ctx.by_id.get(v.job_id)
+        if (v.state in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED, VictimState.DEADLINE)
+                and job is not None and job.restart_count == v.restart_count
+                and exited_to_continue(job, ctx.policy(job).checkpoint)):
+            exits.append(Requeue(
+                preemption_id=p.preemption_id, job_id=v.job_id,
+                restart_count=v.restart_count, after="exited",
+                reason=(f"requeue victim {v.job_id}: it saved and exited "
+                        f"({job.state.value}) after its checkpoint signal, so that it "
+                        "continues from its checkpoint")))
+    return exits + _advance(ctx, p, beneficiary)
+
+
+def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list[Action]:
+    s = ctx.settings.preemption
     settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
                or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
     # Once a victim has gone (requeued or ended), its nodes are the beneficiary's.

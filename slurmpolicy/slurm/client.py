@@ -15,7 +15,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 from slurmpolicy.model import Snapshot
 
-SignalTarget = Literal["batch", "all"]
+#: "batch": the batch shell only; "steps": the job steps only (Slurm's own
+#: ``--signal`` without ``B:``); "all": both.
+SignalTarget = Literal["batch", "all", "steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,12 @@ class SlurmClient(Protocol):
         ...
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        """Requeue a running job (``scontrol requeue`` / ``requeuehold``)."""
+        """Requeue a running job, or a finished batch job (``scontrol requeue`` /
+        ``requeuehold``)."""
+        ...
+
+    def batch_script(self, job_id: int) -> str:
+        """The job's batch script, as submitted (read only)."""
         ...
 
     def set_admin_comment(self, job_id: int, text: str) -> None:

@@ -132,6 +132,7 @@ class JobRecord(msgspec.Struct, gc=False):
     tres_per_task: str = ""
     tres_alloc_str: str = ""
     gres_detail: list[str] = []
+    submit_line: str = ""
 
 
 class JobsDoc(msgspec.Struct, gc=False):
@@ -560,6 +561,8 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
         comment=r.comment,
         admin_comment=r.admin_comment,
         begin_time=begin,
+        submit_line=r.submit_line,
+        batch_signal="",
     )
 
 

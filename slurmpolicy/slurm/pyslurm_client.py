@@ -201,7 +201,7 @@ class PySlurmClient:
             gpus_on_node=on_node,
             dependency=_dependency_text(j.dependencies),
             comment=j.comment or "", admin_comment=j.admin_comment or "",
-            begin_time=begin,
+            begin_time=begin, submit_line=getattr(j, "submit_line", None) or "",
         )
 
     @staticmethod
@@ -260,12 +260,21 @@ class PySlurmClient:
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
         import pyslurm
 
-        if target not in ("batch", "all"):
-            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
+        if target not in ("batch", "all", "steps"):
+            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all, steps")
         number = _signal.Signals["SIG" + parse_signal(signal)]
+        # pyslurm calls the job steps without the batch shell "children".
+        steps = "children" if target == "steps" else target
         with _rpc(f"pyslurm Job({job_id}).send_signal({number.name})"):
             # A plain int: pyslurm's signal_to_num tests str(sig).isnumeric().
-            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=target)
+            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=steps)
+
+    def batch_script(self, job_id: int) -> str:
+        import pyslurm
+
+        with _rpc(f"pyslurm Job({job_id}).get_batch_script()"):
+            text = pyslurm.Job(_check_id(job_id)).get_batch_script()
+        return text if isinstance(text, str) else ""
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         import pyslurm
