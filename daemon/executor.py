@@ -740,7 +740,8 @@ class Executor:
         if status in (OK, REACHED):
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"after": state.value, "restart_count": a.restart_count})
+                    detail={"after": state.value, "why": a.after,
+                            "restart_count": a.restart_count})
 
     def _requeue_exited(self, a: Requeue, victim: dict[str, Any], job: Job | None,
                         now: float) -> None:
@@ -769,7 +770,8 @@ class Executor:
         if status in (OK, REACHED):
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"after": "exited", "restart_count": a.restart_count,
+                    detail={"after": "exited", "why": a.after,
+                            "restart_count": a.restart_count,
                             "state": job.state.value})
 
     def _reserved(self, pid: str) -> bool:

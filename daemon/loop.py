@@ -36,6 +36,7 @@ from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
 from slurmpolicy.daemon.notify import Notifier
+from slurmpolicy.daemon.protocols import BatchSignals
 from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import VictimState
@@ -132,6 +133,7 @@ class Daemon:
         self.cycles = 0
         self._last_watchdog = 0.0
         self._last_prune = 0.0
+        self.batch_signals = BatchSignals(client)
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -335,6 +337,9 @@ class Daemon:
                 "stale", f"snapshot is {age:.0f}s old (limit "
                 f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
         try:
+            # The client may have been made in open(): read scripts through it.
+            self.batch_signals.client = self.client
+            snapshot = self.batch_signals.enrich(snapshot)
             report = self.executor.reconcile(snapshot, now)
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)

@@ -1,0 +1,77 @@
+"""The job's own ``--signal``, read from its batch script for the planner.
+
+Owns the one read that Slurm's job listings cannot give: the warning signal
+of a job's ``#SBATCH --signal`` line (Slurm keeps it, but no ``squeue``,
+``scontrol show job`` or pyslurm field shows it, 22.05 to 25.11). Each running
+job that may take part in preemption (GPUs, requeue-able, no
+``#SPOLICY --checkpoint``, no ``--signal`` on its recorded command line) has
+its script read once (``scontrol write batch_script``), at most
+``per_cycle`` scripts a cycle; the answer is kept while Slurm knows the job
+(a requeue keeps the script). :mod:`slurmpolicy.protocol` turns it into the
+checkpoint protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from slurmpolicy.errors import SlurmError, SlurmUnavailable
+from slurmpolicy.jobpolicy import parse_admin_comment
+from slurmpolicy.model import Job, Snapshot
+from slurmpolicy.protocol import script_signal, submit_line_signal
+
+log = logging.getLogger("slurmpolicy.daemon")
+
+#: Scripts read per cycle at most: a daemon starting on a full cluster reads
+#: them over a few cycles instead of stalling one.
+PER_CYCLE = 25
+
+
+def wants_script(job: Job) -> bool:
+    """Whether the job's batch script could tell its checkpoint protocol."""
+    if not (job.is_running and job.requeue and (job.gpus > 0 or job.gpus_per_node > 0)):
+        return False
+    if submit_line_signal(job.submit_line):
+        return False
+    return parse_admin_comment(job.admin_comment).checkpoint is None
+
+
+class BatchSignals:
+    """Reads and remembers the ``#SBATCH --signal`` of jobs' batch scripts."""
+
+    def __init__(self, client: Any, per_cycle: int = PER_CYCLE) -> None:
+        self.client = client
+        self.per_cycle = per_cycle
+        #: job id -> its script's --signal value ("" none or unreadable).
+        self.known: dict[int, str] = {}
+
+    def enrich(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with ``batch_signal`` set on the jobs whose script has one."""
+        read = getattr(self.client, "batch_script", None)
+        budget = self.per_cycle
+        jobs: list[Job] = []
+        changed = False
+        for job in snapshot.jobs:
+            value = self.known.get(job.job_id)
+            if value is None and read is not None and budget > 0 and wants_script(job):
+                budget -= 1
+                try:
+                    value = script_signal(read(job.job_id))
+                except SlurmUnavailable:
+                    read = None  # Slurm went away: the cycle goes on without it
+                    value = None
+                except SlurmError as exc:
+                    log.debug("batch script of job %d not read: %s", job.job_id, exc)
+                    value = ""
+                if value is not None:
+                    self.known[job.job_id] = value
+            if value and job.batch_signal != value:
+                job = replace(job, batch_signal=value)
+                changed = True
+            jobs.append(job)
+        present = {j.job_id for j in snapshot.jobs}
+        for job_id in [k for k in self.known if k not in present]:
+            del self.known[job_id]
+        return replace(snapshot, jobs=tuple(jobs)) if changed else snapshot
