@@ -34,7 +34,12 @@ from typing import Any
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lock import StateLock
-from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
+from slurmpolicy.daemon.metrics import (
+    CHECKPOINT_WINDOW,
+    Metrics,
+    checkpoint_figures,
+    snapshot_figures,
+)
 from slurmpolicy.daemon.notify import Notifier
 from slurmpolicy.daemon.protocols import BatchSignals
 from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
@@ -370,6 +375,11 @@ class Daemon:
         figures = []
         if snapshot is not None:
             figures = snapshot_figures(snapshot, self.settings, now or self.clock(), fabric)
+            try:
+                figures += checkpoint_figures(self.journal.checkpoint_outcomes(
+                    since=(now or self.clock()) - CHECKPOINT_WINDOW))
+            except Exception as exc:  # figures must never stop the policy
+                log.warning("checkpoint figures not computed: %s", exc)
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
                                              in_flight=self._in_flight(), figures=figures)

@@ -24,6 +24,7 @@ by and how it answered.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -220,6 +221,8 @@ def test_lightning_style_job_saves_and_requeues_itself(cluster: LiveCluster,
     assert _our_requeues(daemon, victim) == []
     why = daemon.cli("log", "--job", str(victim)).stdout
     assert "--signal=SIGUSR1@90 in its batch script" in why
+    report = json.loads(daemon.cli("report", "--json").stdout)["checkpoints_by_protocol"]
+    assert report["slurm-signal"]["by"] == {"self-requeue": 1}
     _finish(cluster, wd, holder, victim, beneficiary)
 
 
@@ -245,6 +248,9 @@ def test_nemo_style_job_saves_and_exits_and_is_requeued_once(cluster: LiveCluste
     assert row["acked_at"] is not None and row["state"] == "requeued"
     # slurmpolicy requeued the finished batch job, once.
     assert _our_requeues(daemon, victim) == ["exited"]
+    report = json.loads(daemon.cli("report", "--json").stdout)["checkpoints_by_protocol"]
+    assert report["slurm-signal"]["by"] == {"exit": 1}
+    assert report["slurm-signal"]["success_rate"] == 1.0
     _finish(cluster, wd, holder, victim, beneficiary)
 
 

@@ -350,3 +350,39 @@ def test_a_victim_that_saved_and_exited_is_requeued_once_by_the_plan() -> None:
                                 "ckpt=signal:TERM,grace=60,exit=done")
     p = _plan_one(b, intents)
     assert not [a for a in p.actions if isinstance(a, Requeue) and a.after == "exited"]
+
+
+def test_report_and_figures_by_protocol(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from slurmpolicy.daemon.metrics import Metrics, checkpoint_figures
+
+    journal = Journal(tmp_path)
+    journal.open_preemption("p1", 3, ["gpu01"], "r", [(1, 0, 8), (2, 0, 8), (4, 0, 8)], "x")
+    journal.update_victim("p1", 1, 0, state="requeued", protocol="slurm-signal",
+                          signalled_at=1000.0, acked_at=1004.0, ack_how="self-requeue")
+    journal.update_victim("p1", 2, 0, state="requeued", protocol="slurm-signal",
+                          signalled_at=1000.0, acked_at=1010.0, ack_how="exit")
+    journal.update_victim("p1", 4, 0, state="requeued", protocol="spolicy",
+                          signalled_at=1000.0)  # missed its deadline
+    outcomes = journal.checkpoint_outcomes()
+    figures = {(name, labels.get("protocol")): value
+               for name, labels, value in checkpoint_figures(outcomes)}
+    assert figures[("slurmpolicy_checkpoint_success_ratio", "slurm-signal")] == 1.0
+    assert figures[("slurmpolicy_checkpoint_success_ratio", "spolicy")] == 0.0
+    assert figures[("slurmpolicy_checkpoint_ack_seconds_mean", "slurm-signal")] == 7.0
+    metrics = Metrics()
+    metrics.observe_cycle(result="ok", seconds=0.1, report=None, in_flight=0,
+                          figures=checkpoint_figures(outcomes))
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    assert 'slurmpolicy_checkpoint_success_ratio{protocol="slurm-signal"} 1.0' in text
+
+    out = subprocess.run([sys.executable, "-m", "slurmpolicy.cli", "report", "--state-dir",
+                          str(tmp_path), "--since", "1970-01-01T00:00"],
+                         capture_output=True, text=True, check=False).stdout
+    assert "ckpt slurm-signal    2/2 acknowledged (100%; exit 1, self-requeue 1); " \
+           "signal to ack mean 7s, max 10s" in out
+    assert "ckpt spolicy         0/1 acknowledged (0%)" in out
