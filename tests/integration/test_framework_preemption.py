@@ -212,6 +212,11 @@ def test_lightning_style_job_saves_and_requeues_itself(cluster: LiveCluster,
     holder = _hold_other_node(cluster, wd)
     victim = submit(cluster, LIGHTNING, "-p", "research", "-N1", "--gres=gpu:8", workdir=wd)
     cluster.wait_state(victim, "RUNNING", timeout=60)
+    # `why` names the protocol it is recognised by, before anything happens.
+    why = json.loads(daemon.cli("why", str(victim), "--json").stdout)
+    assert any("protocol slurm-signal: recognised by --signal=SIGUSR1@90 in its batch "
+               "script, with --requeue; signal USR1 to its job steps, grace 90s" in n
+               for n in why["notes"]), why["notes"]
     beneficiary = _preempt(cluster, daemon, wd, victim, wd)
     _assert_resumed_at_last_checkpoint(wd)
     assert (wd / "result").read_text().strip() == str(EXPECTED)
