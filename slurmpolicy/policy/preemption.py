@@ -23,7 +23,12 @@ was not sent) gets it again, a signalled victim is requeued only
 after it acknowledged (a ``ckpt:`` stamp at or after the signal) or its
 deadline passed, finish when the victims are gone and the beneficiary runs,
 and abort the rest when the beneficiary started elsewhere, left, or fits
-without them. A victim that ended by itself is not requeued.
+without them. A victim that requeued itself after the signal is gone (its
+restart count moved); one that exited after it (saved and exited) is
+requeued so that it continues, unless its declaration says ``exit=done``;
+any other victim that ended by itself is not requeued. A periodic
+checkpointer has no signal: it is requeued at once. Which protocol a job
+speaks is :mod:`slurmpolicy.protocol`'s (``Context.policy``).
 """
 
 from __future__ import annotations
