@@ -65,14 +65,15 @@ def gpu_hours(gpu_seconds: float) -> str:
 
 def checkpoint_age_basis(job: Job, interval: float | None, now: float) -> float:
     """When the job's last checkpoint was written, as far as slurmpolicy knows:
-    its last reported one (``ckpt:`` in its comment), the last multiple of its
-    declared interval since it started, or its start."""
+    its last reported one in this run (``ckpt:`` in its comment), else the last
+    multiple of its declared interval since it started, else its start."""
     start = job.start_time if job.start_time is not None else now
-    since = start
-    if interval:
-        since = start + ((max(0.0, now - start)) // interval) * interval
     ckpt = last_checkpoint(job.comment)
-    return max(since, ckpt) if ckpt is not None else since
+    if ckpt is not None and ckpt >= start:
+        return ckpt
+    if interval:
+        return start + (max(0.0, now - start) // interval) * interval
+    return start
 
 
 #: Slurm states of a victim that ended by itself after the signal and is
