@@ -344,7 +344,8 @@ class Daemon:
         try:
             # The client may have been made in open(): read scripts through it.
             self.batch_signals.client = self.client
-            snapshot = self.batch_signals.enrich(snapshot)
+            snapshot = self.batch_signals.enrich(
+                snapshot, {int(v["job_id"]) for v in self.journal.open_victims()})
             report = self.executor.reconcile(snapshot, now)
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)

@@ -14,6 +14,7 @@ checkpoint protocol.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -29,9 +30,13 @@ log = logging.getLogger("slurmpolicy.daemon")
 PER_CYCLE = 25
 
 
-def wants_script(job: Job) -> bool:
-    """Whether the job's batch script could tell its checkpoint protocol."""
-    if not (job.is_running and job.requeue and (job.gpus > 0 or job.gpus_per_node > 0)):
+def wants_script(job: Job, victim: bool = False) -> bool:
+    """Whether the job's batch script could tell its checkpoint protocol: a running
+    GPU job, or a victim in any state (one that exited after its signal must be
+    known for what it is after a daemon restart too)."""
+    if not job.requeue:
+        return False
+    if not victim and not (job.is_running and (job.gpus > 0 or job.gpus_per_node > 0)):
         return False
     if submit_line_signal(job.submit_line):
         return False
@@ -47,15 +52,17 @@ class BatchSignals:
         #: job id -> its script's --signal value ("" none or unreadable).
         self.known: dict[int, str] = {}
 
-    def enrich(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with ``batch_signal`` set on the jobs whose script has one."""
+    def enrich(self, snapshot: Snapshot, victims: Collection[int] = ()) -> Snapshot:
+        """``snapshot`` with ``batch_signal`` set on the jobs whose script has one;
+        ``victims``: ids of open preemptions' victims, read whatever their state."""
         read = getattr(self.client, "batch_script", None)
         budget = self.per_cycle
         jobs: list[Job] = []
         changed = False
         for job in snapshot.jobs:
             value = self.known.get(job.job_id)
-            if value is None and read is not None and budget > 0 and wants_script(job):
+            if value is None and read is not None and budget > 0 and \
+                    wants_script(job, job.job_id in victims):
                 budget -= 1
                 try:
                     value = script_signal(read(job.job_id))

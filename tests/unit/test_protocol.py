@@ -386,3 +386,12 @@ def test_report_and_figures_by_protocol(tmp_path: Path) -> None:
     assert "ckpt slurm-signal    2/2 acknowledged (100%; exit 1, self-requeue 1); " \
            "signal to ack mean 7s, max 10s" in out
     assert "ckpt spolicy         0/1 acknowledged (0%)" in out
+
+
+def test_batch_signals_of_a_finished_victim_are_read_after_a_restart() -> None:
+    done = _job(job_id=1, requeue=True, state=JobState.COMPLETED)
+    client = Scripts({1: SUBMITIT_SCRIPT})
+    snapshot = Snapshot(taken_at=0.0, slurm_version="22.05", cluster_name="c", jobs=(done,))
+    assert BatchSignals(client).enrich(snapshot).job(1).batch_signal == ""  # type: ignore[union-attr]
+    out = BatchSignals(client).enrich(snapshot, victims={1})
+    assert out.job(1).batch_signal == "USR2@90"  # type: ignore[union-attr]
