@@ -48,6 +48,7 @@ from slurmpolicy.policy.actions import (
     Requeue,
     SignalCheckpoint,
     StartPreemption,
+    VictimIntent,
     VictimState,
 )
 from slurmpolicy.policy.classes import lowest_preemptible_rank
@@ -500,7 +501,27 @@ def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
                 reason=(f"requeue victim {v.job_id}: it saved and exited "
                         f"({job.state.value}) after its checkpoint signal, so that it "
                         "continues from its checkpoint")))
-    return exits + _advance(ctx, p, beneficiary)
+    rest = _advance(ctx, p, beneficiary)
+    if any(isinstance(a, FinishPreemption) and a.aborted for a in rest) and \
+            any(_may_still_exit(ctx, v) for v in p.victims):
+        # A victim that got its framework's signal may still save and exit
+        # (NeMo-style): the preemption stays open, bounded by that victim's
+        # deadline, so that the exit is seen and the job requeued to continue.
+        return exits
+    return exits + rest
+
+
+def _may_still_exit(ctx: Context, v: VictimIntent) -> bool:
+    job = ctx.by_id.get(v.job_id)
+    if v.state is not VictimState.SIGNALLED or job is None or not job.is_running or \
+            job.restart_count != v.restart_count:
+        return False
+    # Jobs recognised by their own --signal only: their framework may answer by
+    # exiting; a #SPOLICY job answers with an ack and keeps running, so an abort
+    # leaves it running at once (as before).
+    ck = ctx.policy(job).checkpoint
+    return (ck is not None and bool(ck.learned) and ck.on_exit == "requeue"
+            and v.deadline is not None and ctx.now < v.deadline)
 
 
 def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list[Action]:

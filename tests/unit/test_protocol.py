@@ -395,3 +395,25 @@ def test_batch_signals_of_a_finished_victim_are_read_after_a_restart() -> None:
     assert BatchSignals(client).enrich(snapshot).job(1).batch_signal == ""  # type: ignore[union-attr]
     out = BatchSignals(client).enrich(snapshot, victims={1})
     assert out.job(1).batch_signal == "USR2@90"  # type: ignore[union-attr]
+
+
+def test_an_abort_waits_for_a_signalled_framework_victim_until_its_deadline() -> None:
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1])
+    b.run(102, "r", hosts=[2])
+    _with(b, 102, batch_signal="TERM@60")
+    b.pend(1, "p", admin_comment=d("production", "USR1"))
+    intents = apply_to_intents(Intents(), _plan_one(b), b.now)
+    b.jobs = [j for j in b.jobs if j.job_id != 1]  # the beneficiary left
+    b.now += 10
+    assert not [a for a in _plan_one(b, intents).actions if isinstance(a, Requeue)]
+    assert not [a for a in _plan_one(b, intents).actions
+                if getattr(a, "aborted", False)]  # it may still save and exit
+    _with(b, 102, state=JobState.COMPLETED, end_time=b.now)
+    p = _plan_one(b, intents)
+    assert [a.after for a in p.actions if isinstance(a, Requeue)] == ["exited"]
+    assert [a for a in p.actions if getattr(a, "aborted", False)]
+    # Had it kept running, the abort comes at its deadline.
+    _with(b, 102, state=JobState.RUNNING, end_time=None)
+    b.now += 60
+    assert [a for a in _plan_one(b, intents).actions if getattr(a, "aborted", False)]
