@@ -634,7 +634,7 @@ local function submit(job_desc, part_list, submit_uid)
     for i = 1, #result.problems do
       slurm.log_user("%s", "slurmpolicy: " .. result.problems[i])
     end
-    slurm.log_info("%s", "slurmpolicy: refused a job of uid " .. tostring(submit_uid) .. ": "
+    slurm.log_info("%s", "slurmpolicy: refused a job of uid " .. int(submit_uid) .. ": "
                    .. result.problems[1])
     return slurm.ERROR
   end
@@ -656,11 +656,12 @@ end
 
 local function modify(job_desc, job_rec, part_list, modify_uid)
   if is_admin(modify_uid) then return slurm.SUCCESS end
-  local job_id = tostring(job_rec.job_id)
+  -- int(), not tostring: Slurm pushes numbers as floats, "11.0" under Lua 5.3 (25.11).
+  local job_id = int(job_rec.job_id)
   if job_desc.admin_comment ~= nil then
     return refuse("job " .. job_id .. ": admin_comment holds the job's validated #SPOLICY"
                   .. " directives; only administrators may change it (uid "
-                  .. tostring(modify_uid) .. ")")
+                  .. int(modify_uid) .. ")")
   end
   local policy = read_admin_comment(job_rec.admin_comment)
   local account = job_desc.account

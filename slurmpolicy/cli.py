@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("slurmpolicy.commands.inspect", "top"),
     "simulate": ("slurmpolicy.commands.simulate", "simulate"),
     "demo": ("slurmpolicy.commands.demo", "demo"),
+    "doctor": ("slurmpolicy.commands.doctor", "doctor"),
 }
 
 

@@ -5,7 +5,11 @@ topology.conf and node features.
 
 This module owns the dev cluster's whole life: it writes the configuration,
 starts the daemons, waits until the nodes are idle, reports status, and stops
-exactly the processes it started (by pid files, never by process name).
+exactly the processes of its cluster: the daemons by pid file, their job step
+daemons and job processes by where they run (never by process name alone).
+It refuses a Slurm built without ``--enable-multiple-slurmd`` (several slurmd
+on one host need it), and ``up`` on a partly running cluster completes it
+without touching its jobs, or refuses.
 Everything lives under one state directory::
 
     STATE/devcluster.json   identity of the cluster (the marker)
@@ -23,6 +27,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import mmap
 import os
 import random
 import re
@@ -78,6 +83,9 @@ class ClusterStatus:
     controller_responds: bool
     node_states: Mapping[str, str]
     munged: str
+    #: Live processes of the cluster besides the pid-file daemons: job step
+    #: daemons, job processes, slurmscriptd (``DevCluster.cluster_processes``).
+    other_processes: int = 0
 
     @property
     def running(self) -> bool:
@@ -106,6 +114,7 @@ class ClusterStatus:
             "slurmds": [dataclasses.asdict(d) for d in self.slurmds],
             "node_states": dict(self.node_states),
             "munged": self.munged,
+            "other_processes": self.other_processes,
         }
 
 
@@ -161,6 +170,84 @@ def find_slurm(prefix: Path | str | None = None) -> SlurmInstall:
                               f"{INSTALL_HINT}")
     return SlurmInstall(sbin=found["slurmctld"].parent, bin=found["scontrol"].parent,
                         plugin_dir=None)
+
+
+#: Compiled into Slurm's read_config.c only when MULTIPLE_SLURMD is undefined
+#: (``#if !defined(MULTIPLE_SLURMD)``, 22.05 and 25.11 alike; "NodeHostname" in
+#: older releases). Every build also holds node_conf.c's fatal "Duplicated
+#: NodeHostName %s in config file" (no "the"; a duplicate NodeName), so only
+#: the whole sentence tells the two builds apart.
+SINGLE_SLURMD_CHECK = re.compile(rb"Duplicated NodeHost[Nn]ame %s in the config file")
+#: What a single-slurmd build logs when it reads the dev cluster's slurm.conf.
+SINGLE_SLURMD_LOG = re.compile(r"Duplicated NodeHost[Nn]ame (\S+) in the config file")
+MULTIPLE_SLURMD_FIX = (
+    "rebuild it with `./configure --enable-multiple-slurmd` (scripts/build-slurm does), "
+    "or point --slurm-prefix at such a build"
+)
+
+
+def slurm_library(install: SlurmInstall) -> Path | None:
+    """The ``libslurmfull.so`` Slurm's daemons run with (read_config.c lives there),
+    or None when it cannot be found."""
+    if install.plugin_dir is not None and (install.plugin_dir / "libslurmfull.so").is_file():
+        return install.plugin_dir / "libslurmfull.so"
+    # A system install: ask the dynamic loader where slurmd's copy is.
+    ldd = shutil.which("ldd", path="/usr/bin:/bin")
+    if ldd is None:
+        return None
+    try:
+        out = subprocess.run([ldd, str(install.sbin / "slurmd")], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    m = re.search(r"libslurmfull\S*\s+=>\s+(\S+)", out)
+    return Path(m.group(1)) if m and Path(m.group(1)).is_file() else None
+
+
+def holds_single_slurmd_check(path: Path) -> bool:
+    """True when the binary at ``path`` has the one-slurmd-per-host check compiled in."""
+    with open(path, "rb") as f:
+        try:
+            data: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file cannot be mapped
+            data = b""
+        try:
+            return SINGLE_SLURMD_CHECK.search(data) is not None
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+
+
+def multiple_slurmd_support(install: SlurmInstall) -> tuple[bool | None, Path | None]:
+    """Whether this Slurm was configured with ``--enable-multiple-slurmd``, and the
+    file that says so: (True, lib), (False, lib) or (None, None) when no library was
+    found to read (``up`` then relies on slurmctld's log)."""
+    lib = slurm_library(install)
+    if lib is None:
+        # A static build carries read_config.c in the daemon itself.
+        slurmd = install.sbin / "slurmd"
+        if slurmd.is_file() and holds_single_slurmd_check(slurmd):
+            return False, slurmd
+        return None, None
+    return not holds_single_slurmd_check(lib), lib
+
+
+def single_slurmd_refusal(where: str, evidence: str) -> DevClusterError:
+    """The one-line refusal for a Slurm built without multiple-slurmd."""
+    return DevClusterError(
+        f"the Slurm at {where} was built without --enable-multiple-slurmd ({evidence}), "
+        f"and the dev cluster runs one slurmd per node on this one host: {MULTIPLE_SLURMD_FIX}"
+    )
+
+
+def check_multiple_slurmd(install: SlurmInstall) -> None:
+    """Refuse (DevClusterError) a Slurm built without ``--enable-multiple-slurmd``."""
+    ok, lib = multiple_slurmd_support(install)
+    if ok is False:
+        raise single_slurmd_refusal(
+            str(install.sbin.parent),
+            f"{lib} holds the one-slurmd-per-host check \"Duplicated NodeHostName ... "
+            "in the config file\"")
 
 
 def port_is_free(port: int) -> bool:
@@ -236,6 +323,30 @@ def _proc_cmdline(pid: int) -> str:
             errors="replace")
     except OSError:
         return ""
+
+
+def _where(prefix: object) -> str:
+    """A Slurm prefix as recorded or asked, for comparing and for messages."""
+    return str(Path(str(prefix)).expanduser().resolve()) if prefix else "the system's Slurm"
+
+
+def _proc_link(pid: int, what: str) -> str:
+    """``/proc/PID/exe`` or ``cwd`` ("" when gone or not ours to read)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/{what}")
+    except OSError:
+        return ""
+    # A binary replaced on disk (a reinstall) reads "... (deleted)".
+    return target.removesuffix(" (deleted)")
+
+
+def _within(path: str, root: Path) -> bool:
+    return bool(path) and (path == str(root) or path.startswith(f"{root}/"))
+
+
+#: Executables of the Slurm daemons a dev cluster runs (Debian names its
+#: step daemon slurmstepd-wlm; slurmscriptd is a slurmctld fork).
+_DAEMON_EXES = ("slurmctld", "slurmd", "slurmstepd")
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -638,7 +749,11 @@ class DevCluster:
             # Without it a job without --mem takes the whole node's memory.
             "DefMemPerCPU=1000",
             "PriorityType=priority/multifactor",
-            "PriorityWeightAge=1000",
+            # No PriorityWeightAge: without slurmdbd Slurm drops it (22.05 and 25.11
+            # alike log "PriorityWeightAge can only be used with SlurmDBD, ignoring").
+            # slurmpolicy's own aging ([aging]) goes into the site factor instead.
+            "# No PriorityWeightAge: Slurm ignores it without slurmdbd; slurmpolicy's "
+            "aging is part of the site factor.",
             "PriorityWeightJobSize=100",
             "PriorityWeightPartition=1000",
             "PriorityCalcPeriod=1",
@@ -834,16 +949,36 @@ class DevCluster:
         )
 
     def up(self, timeout: float = 90) -> ClusterStatus:
-        """Start the cluster (idempotent when it already runs) and wait until it is ready."""
+        """Start the cluster and wait until it is ready.
+
+        Idempotent when it already runs. On a partly running cluster (slurmctld up
+        and a slurmd dead, or the reverse) it starts only the missing daemons with
+        the configuration on disk, so that running jobs live on; when it cannot
+        (another shape asked, a port taken, slurmctld alive but mute) it refuses
+        with the reason. It never stops a job.
+        """
         marker = self._check_state_dir()
+        if marker is not None:
+            self._check_same_slurm(marker)
         slurm = self.slurm
         current = self.status() if marker is not None else None
         if current is not None and current.running:
             return current
-        if current is not None and not current.stopped:
-            # Half up (a daemon died): stop the rest, then start clean.
-            self.down()
+        check_multiple_slurmd(slurm)
+        if marker is not None and current is not None and not current.stopped:
+            return self._complete(marker, current, timeout)
+        if marker is not None:
+            leftovers = self.cluster_processes()
+            differences = self._shape_differences(marker)
+            if leftovers and differences:
+                raise DevClusterError(
+                    f"the dev cluster at {self.state_dir} has no daemon running but "
+                    f"{len(leftovers)} of its job processes still run (pids "
+                    f"{', '.join(map(str, sorted(leftovers)[:5]))}), and another shape was "
+                    f"asked ({'; '.join(differences)}): run `up` with its shape to take "
+                    "them back, or `devcluster down` first (which ends them)")
         self.munged = ensure_munged()
+        started: list[int] = []
         with _global_lock():
             ctld_port, slurmd_ports = self._choose_ports(marker)
             self.write_config(ctld_port, slurmd_ports)
@@ -856,26 +991,148 @@ class DevCluster:
                     "note": "munged started by `devcluster up`; left running on down "
                             "(a shared system service)",
                 }) + "\n")
-            started: list[int] = []
             try:
                 started.append(self._start(
                     "slurmctld", [str(slurm.sbin / "slurmctld"), "-f", str(self.slurm_conf)],
                     self.ctld_pid_file, self.ctld_log))
                 self._wait_ctld(timeout=30)
+                self._check_single_slurmd_log()
                 for node in self.node_names:
                     started.append(self._start(
                         f"slurmd.{node}",
                         [str(slurm.sbin / "slurmd"), "-f", str(self.slurm_conf), "-N", node],
                         self.slurmd_pid_file(node), self.slurmd_log(node)))
             except BaseException:
-                self.down()
+                # Only what this call started: job processes an earlier run left
+                # (its daemons died under them) are not ours to end here.
+                self._stop(started)
                 raise
         try:
             self.wait_ready(timeout)
         except BaseException:
-            self.down()
+            self._stop(started)
             raise
         return self.status()
+
+    def _shape_differences(self, marker: Mapping[str, object]) -> list[str]:
+        """How the shape asked of this object differs from the one the state dir
+        records, as ``"nodes 3 (asked 8)"`` strings; [] when it is the same."""
+        out = []
+        for key in ("nodes", "gpus_per_node", "gpu_type", "racks", "cpus_per_node",
+                    "memory_mb", "node_prefix"):
+            recorded = marker.get(key)
+            if recorded is not None and recorded != getattr(self, key):
+                out.append(f"{key} {recorded} (asked {getattr(self, key)})")
+        if _where(marker.get("slurm_prefix")) != _where(self.slurm_prefix):
+            out.append(f"Slurm {_where(marker.get('slurm_prefix'))} "
+                       f"(asked {_where(self.slurm_prefix)})")
+        if self.ctld_port is not None and marker.get("ctld_port") not in (None, self.ctld_port):
+            out.append(f"ctld_port {marker.get('ctld_port')} (asked {self.ctld_port})")
+        ports = marker.get("slurmd_ports")
+        if (self.first_slurmd_port is not None and isinstance(ports, list) and ports
+                and ports[0] != self.first_slurmd_port):
+            out.append(f"first_slurmd_port {ports[0]} (asked {self.first_slurmd_port})")
+        return out
+
+    def _check_same_slurm(self, marker: Mapping[str, object]) -> None:
+        """Refuse to start another Slurm on the saved state of this one: slurmctld's
+        state files are its version's (an older one stops at "CLUSTER NAME MISMATCH",
+        a newer one reads at most two releases back)."""
+        recorded, asked = _where(marker.get("slurm_prefix")), _where(self.slurm_prefix)
+        saved = self.spool_dir / "slurmctld"
+        if recorded != asked and saved.is_dir() and any(saved.iterdir()):
+            option = (f"--slurm-prefix {recorded}" if marker.get("slurm_prefix")
+                      else "no --slurm-prefix")
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} keeps the saved state of {recorded} "
+                f"in {saved}, which {asked} cannot take over: run `up` with {option}, or "
+                "choose another --state-dir")
+
+    def _complete(self, marker: Mapping[str, object], current: ClusterStatus,
+                  timeout: float) -> ClusterStatus:
+        """Start the missing daemons of a partly running cluster, or refuse."""
+        daemons = [d for d in (current.slurmctld, *current.slurmds) if d is not None]
+        dead = [d.name for d in daemons if not d.alive]
+        state = (f"partly running: {', '.join(d.name for d in daemons if d.alive)} alive, "
+                 f"{', '.join(dead)} not")
+        advice = "`devcluster down` first stops it all (and ends its jobs)"
+        differences = self._shape_differences(marker)
+        if differences:
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} is {state}, and another shape was asked "
+                f"({'; '.join(differences)}): run `up` with its shape to complete it, or "
+                f"{advice}")
+        if not self.slurm_conf.is_file():
+            raise DevClusterError(f"the dev cluster at {self.state_dir} is {state}, and its "
+                                  f"{self.slurm_conf} is gone: {advice}")
+        ctld_port = marker.get("ctld_port")
+        ports = marker.get("slurmd_ports")
+        names = self._recorded_node_names(marker)
+        if not (isinstance(ctld_port, int) and isinstance(ports, list)
+                and len(ports) == len(names)):
+            raise DevClusterError(f"the dev cluster at {self.state_dir} is {state}, and "
+                                  f"{self.marker} does not record its ports: {advice}")
+        self.ctld_port = ctld_port
+        ctld_alive = current.slurmctld is not None and current.slurmctld.alive
+        if ctld_alive and not current.controller_responds:
+            with contextlib.suppress(DevClusterError):
+                self._wait_ctld(timeout=30)
+            if not self.controller_responds():
+                raise DevClusterError(
+                    f"the dev cluster at {self.state_dir} is {state}, and its slurmctld (pid "
+                    f"{current.slurmctld.pid if current.slurmctld else '?'}) is alive but does "
+                    f"not answer `scontrol ping` (see {self.ctld_log}): {advice}")
+        need = [] if ctld_alive else [("slurmctld", ctld_port)]
+        need += [(f"slurmd.{n}", int(p)) for n, p in zip(names, ports, strict=True)
+                 if f"slurmd.{n}" in dead]
+        busy = [f"{what} port {port}" for what, port in need if not port_is_free(port)]
+        if busy:
+            raise DevClusterError(
+                f"the dev cluster at {self.state_dir} is {state}, and another process holds "
+                f"{', '.join(busy)}: free it, or {advice}")
+        self.munged = ensure_munged()
+        slurm = self.slurm
+        started: list[int] = []
+        with _global_lock():
+            try:
+                if not ctld_alive:
+                    started.append(self._start(
+                        "slurmctld", [str(slurm.sbin / "slurmctld"), "-f", str(self.slurm_conf)],
+                        self.ctld_pid_file, self.ctld_log))
+                    self._wait_ctld(timeout=30)
+                for node in names:
+                    if f"slurmd.{node}" in dead:
+                        started.append(self._start(
+                            f"slurmd.{node}",
+                            [str(slurm.sbin / "slurmd"), "-f", str(self.slurm_conf), "-N", node],
+                            self.slurmd_pid_file(node), self.slurmd_log(node)))
+            except BaseException:
+                # Stop only what this call started: the daemons that were running,
+                # and their jobs, stay as they were.
+                self._stop(started)
+                raise
+        # A failure here leaves the cluster as running as it got: nothing is stopped.
+        self.wait_ready(timeout)
+        return self.status()
+
+    def _stop(self, pids: Sequence[int]) -> None:
+        """SIGTERM daemons this object started, and wait until they are gone."""
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        self._wait_gone(pids, 30)
+
+    def _check_single_slurmd_log(self) -> None:
+        """Refuse when slurmctld's log shows a Slurm built for one slurmd per host."""
+        try:
+            text = self.ctld_log.read_text(errors="replace")
+        except OSError:
+            return
+        m = SINGLE_SLURMD_LOG.search(text)
+        if m:
+            raise single_slurmd_refusal(
+                str(self.slurm.sbin.parent),
+                f"slurmctld logged \"{m.group(0)}\" in {self.ctld_log}")
 
     def _wait_ctld(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -922,6 +1179,7 @@ class DevCluster:
                     and not any(b in s for s in states.values() for b in bad)):
                 return
             time.sleep(0.3)
+        self._check_single_slurmd_log()
         waiting = {n: s for n, s in states.items() if any(b in s for b in bad)}
         first = next(iter(waiting), self.node_names[0])
         raise DevClusterError(
@@ -987,32 +1245,91 @@ class DevCluster:
                                          time.localtime(float(info["started_at"])))
                     munged = (f"running (started by devcluster up at {when}, pid {info['pid']}; "
                               "left running: a shared system service)")
+        daemons = {d.pid for d in (ctld, *slurmds) if d.alive}
+        others = sum(1 for pid in self.cluster_processes() if pid not in daemons)
         return ClusterStatus(self.state_dir, self.cluster_name, True, ctld, slurmds, responds,
-                             states, munged)
+                             states, munged, others)
 
     # ---------------------------------------------------------------- down
-    def _tagged_pids(self) -> list[int]:
-        """Processes our daemons spawned (slurmstepd, slurmscriptd, ...): they inherit
-        the tag ``_daemon_env`` puts in the daemons' environment. Job processes do
-        not (they get the submitter's environment); they are found under slurmstepd."""
+    def cluster_processes(self) -> dict[int, str]:
+        """Every live process of this cluster except the pid-file daemons' own
+        identity check: pid -> why it belongs here.
+
+        A process belongs to this cluster when it is
+        - a Slurm daemon (slurmctld, slurmd, slurmstepd, slurmscriptd) whose working
+          directory is in the state dir (slurmd and slurmctld run in ``STATE/log``;
+          the step daemons inherit it), or whose command line names our slurm.conf;
+        - tagged ``SLURMPOLICY_DEVCLUSTER=STATE`` in its environment (22.05's
+          slurmstepd keeps it; 25.11's overwrites its environment with its title);
+        - a job process: its environment has our ``SLURM_CONF`` and the
+          ``SLURM_JOB_ID`` and ``SLURMD_NODENAME`` a step daemon sets (this finds
+          job processes whose slurmstepd is already gone; a shell that merely
+          ran ``eval "$(devcluster env)"`` has no job id and is never touched);
+        - or a descendant of any of those.
+        Zombies are dead and left out.
+        """
+        me = os.getpid()
+        conf = str(self.slurm_conf)
         tag = str(self.state_dir)
-        out = []
+        found: dict[int, str] = {}
         for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
+            if not entry.isdigit() or int(entry) == me:
                 continue
             pid = int(entry)
-            if _pid_alive(pid) and _proc_environ(pid).get("SLURMPOLICY_DEVCLUSTER") == tag:
-                out.append(pid)
-        return out
+            if not _pid_alive(pid):
+                continue
+            exe = os.path.basename(_proc_link(pid, "exe"))
+            if exe.startswith(_DAEMON_EXES):
+                if _within(_proc_link(pid, "cwd"), self.state_dir):
+                    found[pid] = f"{exe} running in the state dir"
+                    continue
+                if conf in _proc_cmdline(pid):
+                    found[pid] = f"{exe} with our slurm.conf"
+                    continue
+            env = _proc_environ(pid)
+            if env.get("SLURMPOLICY_DEVCLUSTER") == tag:
+                found[pid] = "tagged by our daemons' environment"
+            elif (env.get("SLURM_CONF") == conf and env.get("SLURM_JOB_ID")
+                  and env.get("SLURMD_NODENAME")):
+                found[pid] = f"process of job {env['SLURM_JOB_ID']}"
+        children = _children_map()
+        for pid in list(found):
+            for child in _descendants(pid, children):
+                if child != me and child not in found and _pid_alive(child):
+                    found[child] = f"descendant of {pid}"
+        return found
 
     def _stepd_pids(self) -> list[int]:
         """slurmstepd processes of this cluster."""
-        return [p for p in self._tagged_pids() if "slurmstepd" in _proc_cmdline(p)]
+        return [p for p in self.cluster_processes()
+                if os.path.basename(_proc_link(p, "exe")).startswith("slurmstepd")
+                or _proc_cmdline(p).startswith("slurmstepd")]
+
+    def _tagged_pids(self) -> list[int]:
+        """Processes of this cluster other than the pid-file daemons (kept for callers
+        of the earlier, environment-tag-only name)."""
+        daemons = set(self._owned_daemons().values())
+        return [p for p in self.cluster_processes() if p not in daemons]
+
+    def _owned_daemons(self) -> dict[str, int]:
+        """Daemon name (``slurmctld``, ``slurmd.<node>``) -> pid, for the live ones."""
+        out: dict[str, int] = {}
+        pid = self._owned_pid(self.ctld_pid_file)
+        if pid is not None:
+            out["slurmctld"] = pid
+        for node in self._recorded_node_names(self._read_marker()):
+            pid = self._owned_pid(self.slurmd_pid_file(node))
+            if pid is not None:
+                out[f"slurmd.{node}"] = pid
+        return out
 
     def down(self, timeout: float = 30) -> list[int]:
-        """Stop the daemons ``up`` started (by pid file) and the job steps they spawned.
+        """Stop the daemons ``up`` started (by pid file), then every other process of
+        the cluster (job step daemons, job processes, slurmscriptd: see
+        ``cluster_processes``), and wait until all are gone.
 
         Returns the pids it stopped. munged is never stopped: it is a shared service.
+        Afterwards no process of this cluster is left, on 22.05 or 25.11 alike.
         """
         marker = self._read_marker()
         if marker is None and not self.run_dir.exists():
@@ -1028,17 +1345,23 @@ class DevCluster:
                 os.kill(pid, signal.SIGTERM)
         self._wait_gone(targets, timeout)
         # Job steps outlive slurmd; stop them and the job processes under them,
-        # and whatever else our daemons left (slurmscriptd and its scripts).
-        leftovers = self._tagged_pids()
-        if leftovers:
-            children = _children_map()
-            victims = list(dict.fromkeys(
-                [d for p in leftovers for d in _descendants(p, children)] + leftovers))
-            for pid in victims:
+        # and whatever else our daemons left (slurmscriptd and its scripts). A
+        # job may fork while we look: look again until a scan finds nothing.
+        for _ in range(10):
+            leftovers = list(self.cluster_processes())
+            if not leftovers:
+                break
+            for pid in leftovers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            self._wait_gone(victims, timeout)
-            targets += victims
+            self._wait_gone(leftovers, timeout)
+            targets += [p for p in leftovers if p not in targets]
+        else:
+            left = self.cluster_processes()
+            if left:
+                raise DevClusterError(
+                    f"processes of the dev cluster at {self.state_dir} keep appearing after "
+                    f"10 rounds of SIGKILL: {sorted(left)}")
         for pid_file in [*(self.slurmd_pid_file(n) for n in nodes), self.ctld_pid_file]:
             pid = _read_pid(pid_file)
             if pid is None or not _pid_alive(pid):

@@ -1,5 +1,5 @@
 """Where the data the tests read lives: all of it inside the repository, so a
-plain clone is enough (never a sibling ../shared)."""
+plain clone is enough (never a sibling folder)."""
 
 from pathlib import Path
 

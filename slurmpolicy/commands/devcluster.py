@@ -147,6 +147,9 @@ def status(state_dir: Path | None, slurm_prefix: Path | None, as_json: bool) -> 
     for d in daemons:
         click.echo(f"  {d.name:<16} pid {d.pid if d.pid else '-':<8} "
                    f"{'alive' if d.alive else 'not running'}")
+    if st.other_processes:
+        click.echo(f"  other processes: {st.other_processes} (job step daemons, job "
+                   "processes; `down` ends them)")
     if st.controller_responds:
         for node, node_state in st.node_states.items():
             click.echo(f"  node {node:<10} {node_state}")

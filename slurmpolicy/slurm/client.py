@@ -44,6 +44,8 @@ class SlurmClient(Protocol):
 
     #: "jsoncli" or "pyslurm", for logs and the inspector.
     name: str
+    #: One line: which adapter and why (set by ``connect``; "" otherwise).
+    adapter_note: str
 
     def snapshot(self) -> Snapshot:
         """One consistent read: jobs, nodes, partitions, reservations."""

@@ -48,6 +48,7 @@ from slurmpolicy.model import (
     Reservation,
     Snapshot,
 )
+from slurmpolicy.slurm.classify import classify
 
 # Slurm's sentinels in the plain-number shape (22.05): NO_VAL and INFINITE,
 # 32 and 64 bit. Anything at or above NO_VAL means "not a real number".
@@ -247,8 +248,6 @@ def decode(raw: bytes, kind: type, what: str) -> Any:
             raise _parse_error(exc2, what) from exc2
     errors = getattr(doc, "errors", None)
     if errors:
-        from slurmpolicy.slurm.jsoncli import classify
-
         raise classify("; ".join(_error_text(e) for e in errors), what)
     return doc
 
@@ -868,7 +867,9 @@ def derive_gpu_use(nodes: Sequence[Node], jobs: Sequence[Job]) -> list[Node]:
         if n.gpus_alloc_by_type is not _UNKNOWN_ALLOC:
             out.append(n)
             continue
-        alloc: dict[str, int] = {}
+        # Every configured type is listed, idle ones at 0, as Slurm's
+        # gres_used prints them ("gpu:h100:0(IDX:N/A)").
+        alloc: dict[str, int] = dict.fromkeys(n.gpus_by_type, 0)
         types = list(n.gpus_by_type)
         for gtype, count in held.get(n.name, {}).items():
             key = gtype if gtype is not None else (types[0] if len(types) == 1 else "")

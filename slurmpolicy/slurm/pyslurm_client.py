@@ -36,8 +36,10 @@ from slurmpolicy.errors import ReservationError, SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
+from slurmpolicy.slurm.classify import classify
 from slurmpolicy.slurm.client import ReservationSpec, SignalTarget
-from slurmpolicy.slurm.jsoncli import JsonCliClient, classify, parse_signal
+from slurmpolicy.slurm.commands import SlurmCommands, parse_signal, reservation_args
+from slurmpolicy.slurm.probe import import_pyslurm, pyslurm_status
 
 # Slurm's reservation flag names (scontrol) <-> pyslurm's ReservationFlags.
 _RESV_FLAG_TO_PYSLURM = {
@@ -49,29 +51,14 @@ _RESV_FLAG_TO_PYSLURM = {
 _RESV_FLAG_FROM_PYSLURM = {v: k for k, v in _RESV_FLAG_TO_PYSLURM.items()}
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
-    m = re.search(r"(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def unavailable_reason(bin_dir: str | None = None,
                        env: Mapping[str, str] | None = None) -> str | None:
-    """None when the pyslurm adapter can be used here; otherwise why not, in words."""
-    try:
-        import pyslurm
-    except Exception as exc:  # ImportError, or slurm_init() failing at import
-        return (f"pyslurm does not import ({type(exc).__name__}: {exc}); install the "
-                "'pyslurm' extra built against this Slurm (pip install 'slurmpolicy[pyslurm]')")
-    built_for = _major_minor(getattr(pyslurm, "__version__", ""))
-    try:
-        answering = JsonCliClient(bin_dir=bin_dir, env=env, timeout=10).version()
-    except SlurmError as exc:
-        return f"cannot tell which Slurm answers: {exc}"
-    if built_for != answering:
-        return (f"pyslurm {getattr(pyslurm, '__version__', '?')} is for Slurm "
-                f"{built_for[0] if built_for else '?'}.{built_for[1] if built_for else '?'}, "
-                f"but Slurm {answering[0]}.{answering[1]:02d} answers")
-    return None
+    """None when the pyslurm adapter can be used here; otherwise why not, in words.
+
+    Decided by :mod:`slurmpolicy.slurm.probe` without importing pyslurm into
+    this process first (an import without a readable slurm.conf ends it).
+    """
+    return pyslurm_status(bin_dir=bin_dir, env=env).reason
 
 
 @contextmanager
@@ -99,6 +86,48 @@ def _gres_text(gres: Any) -> str:
     return ",".join(parts)
 
 
+#: Slurm's job state reason codes are identifiers ("JobHeldUser"); pyslurm
+#: returns the free-text description instead when one is set.
+_REASON_CODE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _needs_cli(job: Job) -> bool:
+    """True for a job pyslurm 25.11.2 cannot read as the JSON adapter does.
+
+    - its reason is Slurm's description ("job requeued in held state"), not
+      the code (``JobHeldUser``) policy and ``why`` need;
+    - it is pending with no GPUs per node: it may ask ``--gpus=N``, which
+      lives in ``tres_per_job``, a string pyslurm parses as key=value pairs
+      and so always reads as empty (running jobs show their GPUs in the
+      resource layout instead).
+    """
+    if not _REASON_CODE.fullmatch(job.reason):
+        return True
+    return job.is_pending and not job.gpus_per_node
+
+
+def _allocated_gpus(j: Any) -> tuple[dict[str, int], str | None]:
+    """GPUs per allocated node and their one type, from the job's resource layout."""
+    try:
+        layout = j.get_resource_layout_per_node() or {}
+    except (AttributeError, ValueError):
+        return {}, None
+    counts: dict[str, int] = {}
+    types: set[str] = set()
+    for host, res in layout.items():
+        gres = (res or {}).get("gres") or {}
+        total = 0
+        for key, value in gres.items():
+            text = f"{key}:{value.get('count', 1) if isinstance(value, dict) else value}"
+            by_type = parse.gpus_by_type(text)
+            total += sum(by_type.values())
+            types.update(t for t in by_type if t)
+        counts[str(host)] = total
+    if not any(counts.values()):
+        return {}, None
+    return counts, (next(iter(types)) if len(types) == 1 else None)
+
+
 def _time(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -115,19 +144,28 @@ class PySlurmClient:
     """The :class:`~slurmpolicy.slurm.client.SlurmClient` over pyslurm."""
 
     name = "pyslurm"
+    adapter_note = ""
 
     def __init__(self, bin_dir: str | None = None, timeout: float = 30,
                  env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         # pyslurm reads SLURM_CONF once, when it is imported; the CLI side
         # (sprio, scontrol for what pyslurm cannot do) gets env explicitly.
-        self.cli = JsonCliClient(bin_dir=bin_dir, timeout=timeout, env=env, clock=clock)
+        self.cli = SlurmCommands(bin_dir=bin_dir, timeout=timeout, env=env, clock=clock)
         self.clock = clock
+        # Probe first: a bare import without a readable slurm.conf would end
+        # the process. Raises SlurmError with the reason when unusable.
+        self._env = dict(env or {})
+        import_pyslurm(self._env)
+
+    def _api(self) -> Any:
+        """pyslurm, initialised for this client's cluster (see probe.import_pyslurm)."""
+        return import_pyslurm(self._env)
 
     # ---------------------------------------------------------------- reads
 
     def snapshot(self) -> Snapshot:
-        import pyslurm
+        pyslurm = self._api()
 
         sites = self.cli.site_factors()
         taken_at = self.clock()
@@ -139,17 +177,47 @@ class PySlurmClient:
             pparts = pyslurm.Partitions.load()
         with _rpc("pyslurm.Reservations.load"):
             presvs = pyslurm.Reservations.load()
-        jobs = [self._job(j, sites, taken_at) for j in pjobs.values()]
+        jobs: list[Job] = []
+        undecodable: list[int] = []
+        for j in pjobs.values():
+            if not _listed_by_squeue(j):
+                continue
+            try:
+                job = self._job(j, sites, taken_at)
+            except UnicodeDecodeError:
+                # pyslurm decodes names and comments as strict UTF-8; Slurm
+                # stores bytes. One user's odd job name must not blind us.
+                undecodable.append(int(j.id))
+                continue
+            if _needs_cli(job):
+                undecodable.append(job.job_id)
+            else:
+                jobs.append(job)
+        if undecodable:
+            jobs.extend(self._jobs_from_cli(undecodable, sites, taken_at))
         nodes = [self._node(n) for n in pnodes.values()]
         partitions = [self._partition(p) for p in pparts.values()]
         reservations = [self._reservation(r) for r in presvs.values()]
         cluster = next((j.cluster for j in pjobs.values() if getattr(j, "cluster", "")), "")
         if not cluster:
             cluster = str(getattr(getattr(pyslurm, "settings", None), "LOCAL_CLUSTER", "") or "")
-        major, minor = self.cli.version()
-        return parse.assemble(taken_at=taken_at, slurm_version=f"{major}.{minor:02d}",
+        return parse.assemble(taken_at=taken_at, slurm_version=self.cli.version_string(),
                               cluster_name=cluster, jobs=jobs, nodes=nodes,
                               partitions=partitions, reservations=reservations)
+
+    def _jobs_from_cli(self, job_ids: list[int], sites: Mapping[int, int],
+                       now: float) -> list[Job]:
+        """The jobs pyslurm cannot read faithfully, through one ``squeue --json --jobs``.
+
+        See :func:`_needs_cli`. squeue serialises only the jobs named, so the
+        call stays cheap however long the queue (the controller's binary
+        listing is what it costs). Its decoder replaces bytes that are not
+        UTF-8 (one U+FFFD a byte), as the JSON adapter does for every job.
+        """
+        raw = self.cli.run(["squeue", "--all", "--json", "--jobs",
+                            ",".join(str(i) for i in job_ids)])
+        jobs, _, _, _ = parse.decode_jobs(raw, sites, now)
+        return jobs
 
     @staticmethod
     def _job(j: Any, sites: Mapping[int, int], now: float) -> Job:
@@ -168,8 +236,19 @@ class PySlurmClient:
             raise SlurmError(f"job {job_id}: field `allocated_nodes`: {exc}") from exc
         running = state.value in ("RUNNING", "SUSPENDED") or "COMPLETING" in flags
         on_node: Mapping[str, int] = EMPTY_GRES
-        if hosts and per_node and running:
-            on_node = MappingProxyType(dict.fromkeys(hosts, per_node))
+        if hosts and running:
+            # What each node gave the job, typed ("gpu:h100"), as the JSON
+            # adapter reads it from gres_detail: the only place a --gpus=N
+            # job's GPUs show (pyslurm cannot read tres_per_job, see below).
+            counts, held_type = _allocated_gpus(j)
+            if counts:
+                on_node = MappingProxyType(counts)
+                gpu_type = gpu_type or held_type
+            elif per_node:
+                on_node = MappingProxyType(dict.fromkeys(hosts, per_node))
+        if on_node and not per_node:
+            per_node = max(on_node.values())
+        gpus = sum(on_node.values()) if on_node else per_node * node_count
         array_id = j.array_id if isinstance(j.array_id, int) and j.array_id else None
         task = j.array_task_id if isinstance(j.array_task_id, int) else None
         if array_id is not None and task is None and not j.array_tasks_waiting:
@@ -191,7 +270,7 @@ class PySlurmClient:
             het_job_id=het, het_job_offset=_int(j.heterogeneous_offset) if het else None,
             user_id=j.user_id, qos=j.qos or "", priority=_int(j.priority),
             site_factor=sites.get(job_id, 0), node_count=node_count,
-            gpus_per_node=per_node, gpus=per_node * node_count, gpu_type=gpu_type,
+            gpus_per_node=per_node, gpus=gpus, gpu_type=gpu_type,
             cpus=_int(j.cpus, 1), memory_mb=int(mem), time_limit=_minutes(j.time_limit),
             submit_time=_time(j.submit_time), eligible_time=eligible,
             start_time=_time(j.start_time), end_time=_time(j.end_time),
@@ -243,9 +322,8 @@ class PySlurmClient:
 
     # ---------------------------------------------------------------- writes
 
-    @staticmethod
-    def _modify(job_id: int, what: str, **changes: Any) -> None:
-        import pyslurm
+    def _modify(self, job_id: int, what: str, **changes: Any) -> None:
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Job({job_id}).modify({what})"):
             pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
@@ -253,12 +331,12 @@ class PySlurmClient:
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         if int(site_factor) == 0:
             # pyslurm drops a falsy site_factor; scontrol sets it.
-            self.cli.set_site_factor(job_id, 0)
+            self.cli.update_job(job_id, "sitefactor", "0")
             return
         self._modify(job_id, "site_factor", site_factor=int(site_factor))
 
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         if target not in ("batch", "all", "steps"):
             raise ValueError(f"invalid signal target {target!r}; allowed: batch, all, steps")
@@ -270,14 +348,13 @@ class PySlurmClient:
             pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=steps)
 
     def batch_script(self, job_id: int) -> str:
-        import pyslurm
-
+        pyslurm = self._api()
         with _rpc(f"pyslurm Job({job_id}).get_batch_script()"):
             text = pyslurm.Job(_check_id(job_id)).get_batch_script()
         return text if isinstance(text, str) else ""
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Job({job_id}).requeue(hold={hold})"):
             pyslurm.Job(_check_id(job_id)).requeue(hold=hold)
@@ -291,11 +368,10 @@ class PySlurmClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
-    @staticmethod
-    def _resv_fields(spec: ReservationSpec, create: bool) -> dict[str, Any]:
-        import pyslurm
+    def _resv_fields(self, spec: ReservationSpec, create: bool) -> dict[str, Any]:
+        pyslurm = self._api()
 
-        JsonCliClient._reservation_args(spec, create)  # same validation, same messages
+        reservation_args(spec, create)  # same validation, same messages
         fields: dict[str, Any] = {"start_time": int(spec.start_time),
                                   "duration": int(spec.duration_minutes)}
         if spec.nodes:
@@ -315,14 +391,14 @@ class PySlurmClient:
         return fields
 
     def create_reservation(self, spec: ReservationSpec) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         fields = self._resv_fields(spec, create=True)
         with _rpc(f"pyslurm Reservation({spec.name}).create", ReservationError):
             pyslurm.Reservation(name=spec.name, **fields).create()
 
     def update_reservation(self, spec: ReservationSpec) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         fields = self._resv_fields(spec, create=False)
         fields.pop("flags", None)  # as with scontrol: flags are set at creation
@@ -330,10 +406,28 @@ class PySlurmClient:
             pyslurm.Reservation(name=spec.name, **fields).modify()
 
     def delete_reservation(self, name: str) -> None:
-        import pyslurm
+        pyslurm = self._api()
 
         with _rpc(f"pyslurm Reservation({name}).delete", ReservationError):
             pyslurm.Reservation(name).delete()
+
+
+#: What ``squeue`` lists without ``--states`` (its default filter, print.c
+#: ``_filter_job``): jobs pending, running, suspended, staging out or still
+#: completing. pyslurm's ``Jobs.load()`` also returns jobs that ended but are
+#: still in slurmctld's memory (MinJobAge), which the JSON adapter never sees.
+#: pyslurm's ``state`` is Slurm's ``job_state_string()``: one word, a flag
+#: (COMPLETING, REQUEUED, ...) in place of the base state when one is set;
+#: every flag word but REVOKED belongs to a job squeue lists.
+_SQUEUE_WORDS = frozenset({
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "STAGE_OUT", "CONFIGURING",
+    "EXPEDITING", "RESIZING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT",
+    "STOPPED", "RESV_DEL_HOLD", "SIGNALING",
+})
+
+
+def _listed_by_squeue(j: Any) -> bool:
+    return str(j.state or "").upper() in _SQUEUE_WORDS
 
 
 def _check_id(job_id: int) -> int:

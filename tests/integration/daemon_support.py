@@ -30,7 +30,7 @@ import pytest
 
 import slurmpolicy
 
-from .slurmtools import LiveCluster, job_user
+from .slurmtools import TEST_ADAPTER, LiveCluster, job_user
 
 REPO = Path(slurmpolicy.__file__).resolve().parent.parent
 ALIVE = {"PENDING", "RUNNING", "COMPLETED", "COMPLETING", "REQUEUED", "CONFIGURING"}
@@ -91,7 +91,7 @@ def write_settings(path: Path, state_dir: Path, **sections: Mapping[str, Any]) -
                    "max_backoff": 4},
         "metrics": {"enabled": False},
         "preemption": {"min_runtime": 0, "default_grace": 20},
-        "slurm": {"adapter": "jsoncli"},
+        "slurm": {"adapter": TEST_ADAPTER},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

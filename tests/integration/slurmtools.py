@@ -22,9 +22,13 @@ from typing import TypeVar
 
 from slurmpolicy.devcluster import DevCluster
 from slurmpolicy.errors import DevClusterError
+from slurmpolicy.slurm.client import SlurmClient
 
 #: The ordinary (non-root) user test jobs run as; scripts/setup and .ci/run create it.
 TEST_USER = os.environ.get("SLURMPOLICY_TEST_USER", "spuser")
+#: The adapter integration tests read and steer Slurm with (and the test
+#: daemons are configured with): CI runs the suite once per adapter.
+TEST_ADAPTER = os.environ.get("SLURMPOLICY_TEST_ADAPTER", "jsoncli")
 
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -77,7 +81,17 @@ def job_user() -> str | None:
 
 
 class LiveCluster(DevCluster):
-    """A DevCluster plus what tests need to drive it as an ordinary user."""
+    """A DevCluster plus what tests need to drive it as an ordinary user.
+
+    Runs the Slurm under test: ``SLURMPOLICY_TEST_SLURM_PREFIX`` (CI runs the
+    suite on 22.05 and on 25.11 built at a prefix) unless told otherwise.
+    """
+
+    def __init__(self, state_dir: Path | str, **options: object) -> None:
+        prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
+        if prefix and options.get("slurm_prefix") is None:
+            options["slurm_prefix"] = Path(prefix)
+        super().__init__(state_dir, **options)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------ commands
     def as_user(self, argv: Sequence[str], user: str | None = None) -> list[str]:
@@ -225,3 +239,15 @@ class LiveCluster(DevCluster):
                 return
             time.sleep(0.2)
         raise AssertionError(f"nodes not all idle after {timeout}s: {states}")
+
+
+def adapter_client(cluster: DevCluster, timeout: float = 30) -> SlurmClient:
+    """The SlurmClient of the adapter under test (SLURMPOLICY_TEST_ADAPTER), on ``cluster``.
+
+    Asked for by name, so a pyslurm run that cannot use pyslurm fails with
+    the reason instead of quietly reading through the JSON CLI.
+    """
+    from slurmpolicy.slurm.connect import connect
+
+    return connect(TEST_ADAPTER, env=cluster.env(), timeout=timeout)
+

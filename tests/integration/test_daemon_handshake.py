@@ -14,7 +14,6 @@ import time
 import pytest
 
 from slurmpolicy.jobpolicy import last_checkpoint
-from slurmpolicy.slurm.jsoncli import JsonCliClient
 
 from .daemon_support import (
     REPO,
@@ -23,13 +22,13 @@ from .daemon_support import (
     submit,
     wait_for,
 )
-from .slurmtools import LiveCluster
+from .slurmtools import LiveCluster, adapter_client
 
 pytestmark = pytest.mark.slurm
 
 
 def _comment(cluster: LiveCluster, job_id: int) -> str:
-    job = JsonCliClient(env=cluster.env()).snapshot().job(job_id)
+    job = adapter_client(cluster).snapshot().job(job_id)
     assert job is not None
     return job.comment
 

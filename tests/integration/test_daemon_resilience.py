@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmpolicy.slurm.jsoncli import JsonCliClient
-
 from .daemon_support import (
     DaemonRunner,
     assert_no_job_lost,
@@ -31,7 +29,7 @@ from .daemon_support import (
     victim_comment,
     wait_for,
 )
-from .slurmtools import LiveCluster
+from .slurmtools import LiveCluster, adapter_client
 
 pytestmark = pytest.mark.slurm
 
@@ -199,7 +197,7 @@ def test_dry_run_changes_nothing(cluster: LiveCluster, daemon: DaemonRunner) -> 
     for v in victims:
         cluster.wait_state(v, "RUNNING")
     beneficiary = submit_beneficiary(cluster, wd, seconds=3)
-    client = JsonCliClient(env=cluster.env())
+    client = adapter_client(cluster)
     for _ in range(3):
         daemon.once("--dry-run")
     snap = client.snapshot()

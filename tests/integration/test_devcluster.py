@@ -4,9 +4,12 @@ shell, requeue, and a down that leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import re
 import shutil
+import signal
 import socket
 import tempfile
 from collections.abc import Callable, Iterator
@@ -14,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmpolicy.devcluster import DevCluster, _pid_alive
+from slurmpolicy.devcluster import (
+    SINGLE_SLURMD_LOG,
+    DevCluster,
+    _pid_alive,
+    _proc_cmdline,
+    multiple_slurmd_support,
+)
 from slurmpolicy.errors import DevClusterError
 
 from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
@@ -240,25 +249,202 @@ def _try_submit(cluster: LiveCluster, name: str) -> int | None:
         return None
 
 
+def _processes_referring_to(state_dir: Path) -> dict[int, str]:
+    """An independent scan for what down() must leave dead: every live process whose
+    command line, working directory, environment or open files mention the state dir
+    (a 25.11 slurmstepd blanks its environment but keeps its cwd, STATE/log)."""
+    needle = str(state_dir)
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        if not _pid_alive(pid):
+            continue
+        base = Path("/proc") / entry
+        try:
+            cmd = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(base / "cwd")
+            env = (base / "environ").read_bytes().decode(errors="replace")
+            fds = [os.readlink(fd) for fd in (base / "fd").iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        if needle in cmd or cwd.startswith(needle) or needle in env \
+                or any(f.startswith(needle) for f in fds):
+            found[pid] = cmd.strip()
+    return found
+
+
+def _job_pids(cluster: LiveCluster, job: int) -> dict[int, str]:
+    """Live processes of one job, found by its job id in their environment."""
+    out = {}
+    for pid, _ in _processes_referring_to(cluster.state_dir).items():
+        with contextlib.suppress(OSError):
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"SLURM_JOB_ID={job}".encode() in env:
+                out[pid] = _proc_cmdline(pid)
+    return out
+
+
 def test_down_leaves_no_process_behind(devcluster_factory: Factory) -> None:
+    """With jobs of the ordinary user running (a batch job, an srun step, and a job
+    whose slurmstepd died under it), down leaves no process of the cluster alive."""
     cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=2, racks=1)
     wd = cluster.workdir()
-    job = cluster.submit(cluster.hold_script(), extra_args=["-t", "5"], workdir=wd)
-    cluster.wait_state(job, "RUNNING")
-    cluster.read_file(wd / f"started.{job}")
+    batch = cluster.submit(cluster.hold_script(), extra_args=["-t", "5", "-w", "gpu01"],
+                           workdir=wd)
+    stepped = cluster.submit(cluster.hold_script(body="srun --overlap -n1 sleep 600 &"),
+                             extra_args=["-t", "5", "-w", "gpu02"], workdir=wd)
+    orphaned = cluster.submit(cluster.hold_script(), extra_args=["-t", "5", "-w", "gpu02"],
+                              workdir=wd)
+    for job in (batch, stepped, orphaned):
+        cluster.wait_state(job, "RUNNING")
+        cluster.read_file(wd / f"started.{job}")
+    wait_until(lambda: any("sleep 600" in c for c in _job_pids(cluster, stepped).values())
+               or None, timeout=30, what="the srun step's task")
+    # A crashed step daemon: its job's processes live on without it.
+    orphan_stepd = [p for p in cluster._stepd_pids()
+                    if f"[{orphaned}.batch]" in _proc_cmdline(p)]
+    assert len(orphan_stepd) == 1, cluster.cluster_processes()
+    os.kill(orphan_stepd[0], signal.SIGKILL)
+    wait_until(lambda: not _pid_alive(orphan_stepd[0]) or None, timeout=10,
+               what="the killed slurmstepd to go")
+    job_pids = {job: _job_pids(cluster, job) for job in (batch, stepped, orphaned)}
+    assert all(job_pids.values()), job_pids
+    users = {Path(f"/proc/{p}").stat().st_uid for pids in job_pids.values()
+             for p, cmd in pids.items() if "slurm_script" in cmd}
+    if os.geteuid() == 0:
+        assert users == {pwd.getpwnam(TEST_USER).pw_uid}, users
     status = cluster.status()
-    pids = [d.pid for d in (status.slurmctld, *status.slurmds) if d is not None]
-    assert all(p and _pid_alive(p) for p in pids)
-    step_pids = cluster._stepd_pids()
-    assert step_pids, "a running job has a slurmstepd"
+    daemons = [d.pid for d in (status.slurmctld, *status.slurmds) if d is not None]
+    assert all(p and _pid_alive(p) for p in daemons)
+    steps = cluster._stepd_pids()
+    assert len(steps) >= 3, "batch x2 and the srun step have a slurmstepd"
+    before = _processes_referring_to(cluster.state_dir)
+    assert set(steps) <= set(before), (steps, before)
+    assert cluster.status().other_processes >= len(steps) + 3  # + the three batch shells
+
     stopped = cluster.down()
-    assert set(pids) <= set(stopped) and set(step_pids) <= set(stopped)
-    assert not any(_pid_alive(p) for p in stopped)
-    assert cluster.status().stopped
-    assert not cluster._stepd_pids()
-    assert not cluster._tagged_pids()  # nor slurmscriptd, nor anything else they spawned
+
+    assert set(daemons) <= set(stopped) and set(steps) <= set(stopped)
+    for job, pids in job_pids.items():
+        assert not [p for p in pids if _pid_alive(p)], (job, pids)
+    assert not any(_pid_alive(p) for p in before), {p: c for p, c in before.items()
+                                                     if _pid_alive(p)}
+    assert _processes_referring_to(cluster.state_dir) == {}
+    assert cluster.status().stopped and cluster.status().other_processes == 0
+    assert cluster.cluster_processes() == {}
     # down is idempotent
     assert cluster.down() == []
+
+
+def _slurmd_pid(cluster: LiveCluster, node: str) -> int:
+    pid = cluster._owned_pid(cluster.slurmd_pid_file(node))
+    assert pid is not None, f"slurmd of {node} is not running"
+    return pid
+
+
+def _crash(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not _pid_alive(pid) or None, timeout=10, what=f"pid {pid} to die")
+
+
+def test_up_on_a_half_up_cluster_completes_it_and_keeps_its_jobs(
+        devcluster_factory: Factory) -> None:
+    cluster: LiveCluster = devcluster_factory(nodes=2, gpus_per_node=1, racks=1)
+    wd = cluster.workdir()
+    jobs = {node: cluster.submit(cluster.hold_script(),
+                                 extra_args=["-t", "10", "-w", node, "--gres=gpu:1"], workdir=wd)
+            for node in ("gpu01", "gpu02")}
+    for job in jobs.values():
+        cluster.wait_state(job, "RUNNING")
+        cluster.read_file(wd / f"started.{job}")
+    # The batch shells (their `sleep 0.2` children come and go).
+    procs = {job: {p for p, cmd in _job_pids(cluster, job).items() if "slurm_script" in cmd}
+             for job in jobs.values()}
+    assert all(len(pids) == 1 for pids in procs.values()), procs
+
+    def jobs_intact() -> None:
+        for job, pids in procs.items():
+            assert all(_pid_alive(p) for p in pids), (job, pids)
+            assert cluster.job_state(job) == "RUNNING", cluster.scontrol_show_job(job)
+
+    # 1. slurmctld up, the slurmd of gpu02 dead: up starts that slurmd only.
+    ctld = cluster.status().slurmctld
+    assert ctld is not None and ctld.pid is not None
+    old_slurmd1 = _slurmd_pid(cluster, "gpu01")
+    _crash(_slurmd_pid(cluster, "gpu02"))
+    half = cluster.status()
+    assert not half.running and not half.stopped
+    again = cluster.up()
+    assert again.running
+    assert again.slurmctld == ctld and _slurmd_pid(cluster, "gpu01") == old_slurmd1
+    jobs_intact()
+
+    # 2. The reverse: slurmctld stopped, both slurmd up: up starts slurmctld, which
+    # recovers the running jobs from its saved state. (SIGTERM: a slurmctld killed
+    # within a second of a job's start has not saved that start, and on restart
+    # Slurm itself ends such a job as an orphan; no dev cluster can prevent that.)
+    os.kill(ctld.pid, signal.SIGTERM)
+    wait_until(lambda: not _pid_alive(ctld.pid) or None, timeout=30,  # type: ignore[arg-type]
+               what="slurmctld to stop")
+    assert not cluster.status().running
+    again = cluster.up()
+    assert again.running and again.slurmctld is not None and again.slurmctld.pid != ctld.pid
+    jobs_intact()
+
+    # 3. Half up and another shape asked: refused with the reason; nothing is touched.
+    _crash(_slurmd_pid(cluster, "gpu01"))
+    other = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                        slurm_prefix=cluster.slurm_prefix)
+    with pytest.raises(DevClusterError,
+                       match=r"partly running: .*slurmd\.gpu01 not.*nodes 2 \(asked 3\)"):
+        other.up()
+    for job, pids in procs.items():
+        assert all(_pid_alive(p) for p in pids), (job, pids)
+    assert cluster.up().running
+    jobs_intact()
+
+    # The jobs were never disturbed: they finish normally once released.
+    for job in jobs.values():
+        cluster.release(job, wd)
+    for job in jobs.values():
+        info = cluster.wait_state(job, "COMPLETED", timeout=60)
+        assert info["Restarts"] == "0", info
+
+
+def test_up_refuses_a_slurm_built_for_one_slurmd_per_host(short_tmp: Path) -> None:
+    """The real binaries, with a libslurmfull.so that holds the single-slurmd check
+    (as a build without --enable-multiple-slurmd does): refused before anything starts."""
+    prefix = _fake_prefix(short_tmp / "prefix", single_slurmd=True)
+    cluster = DevCluster(short_tmp / "dc", nodes=2, racks=1, slurm_prefix=prefix)
+    with pytest.raises(DevClusterError) as err:
+        cluster.up()
+    message = str(err.value)
+    assert "\n" not in message
+    assert "built without --enable-multiple-slurmd" in message
+    assert "scripts/build-slurm" in message and "libslurmfull.so" in message
+    assert not cluster.slurm_conf.exists()  # refused before writing or starting anything
+    assert cluster.cluster_processes() == {}
+
+
+def test_this_slurm_supports_several_slurmd(devcluster: LiveCluster) -> None:
+    """The Slurm under test (22.05 from Debian, or a prefix build) passes the check,
+    and its controller agrees: `scontrol show config` reports MULTIPLE_SLURMD."""
+    ok, lib = multiple_slurmd_support(devcluster.slurm)
+    assert ok is True and lib is not None and lib.name.startswith("libslurmfull"), (ok, lib)
+    config = devcluster.slurm_cmd("scontrol", "show", "config").stdout
+    assert re.search(r"^MULTIPLE_SLURMD\s+=\s+yes$", config, re.M | re.I), config  # Yes in 22.05
+    assert not SINGLE_SLURMD_LOG.search(devcluster.ctld_log.read_text(errors="replace"))
+
+
+def test_slurm_conf_sets_no_age_weight_slurm_would_ignore(devcluster: LiveCluster) -> None:
+    """Without slurmdbd Slurm drops PriorityWeightAge (and logs so): the dev cluster
+    sets none, so its configuration says what Slurm does."""
+    config = devcluster.slurm_cmd("scontrol", "show", "config").stdout
+    assert re.search(r"^PriorityWeightAge\s+=\s+0$", config, re.M), config
+    assert "can only be used with SlurmDBD" not in devcluster.ctld_log.read_text(
+        errors="replace")
 
 
 def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -> None:
@@ -271,10 +457,21 @@ def test_up_again_after_down_and_up_is_idempotent(devcluster_factory: Factory) -
     assert set(again.node_states) == {"gpu01", "gpu02"}
     # The same state dir takes another shape after a down.
     cluster.down()
-    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1)
+    bigger = LiveCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                         slurm_prefix=cluster.slurm_prefix)
     reshaped = bigger.up()
     assert set(reshaped.node_states) == {"gpu01", "gpu02", "gpu03"}
     assert len(cluster.status().slurmds) == 3  # status follows the state dir's record
+    # Another Slurm cannot take over the saved state: refused, nothing started.
+    cluster.down()
+    other_prefix = None if cluster.slurm_prefix else Path("/opt/slurm-25.11")
+    # A DevCluster: a LiveCluster would take the Slurm under test for None.
+    other = DevCluster(cluster.state_dir, nodes=3, gpus_per_node=1, racks=1,
+                       slurm_prefix=other_prefix)
+    with pytest.raises(DevClusterError, match=r"keeps the saved state of .* cannot take over: "
+                                              r"run `up` with (--slurm-prefix \S+|no --slurm)"):
+        other.up()
+    assert cluster.status().stopped and cluster.cluster_processes() == {}
 
 
 @pytest.fixture
@@ -318,8 +515,12 @@ def test_too_long_state_dir_is_refused() -> None:
         DevCluster("/tmp/" + "x" * 90).up()
 
 
-def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
-    """A Slurm 'installed at another prefix': links to Debian's binaries and plugins."""
+def _fake_prefix(root: Path, slurmctld: str | None = None, single_slurmd: bool = False) -> Path:
+    """A Slurm 'installed at another prefix': links to Debian's binaries and plugins.
+
+    ``single_slurmd``: lib/slurm is a directory of links whose libslurmfull.so is a
+    copy with the read_config.c sentence a build without --enable-multiple-slurmd
+    carries appended (the daemons never load it: up refuses before starting them)."""
     (root / "sbin").mkdir(parents=True)
     (root / "bin").mkdir()
     (root / "lib").mkdir()
@@ -328,7 +529,16 @@ def _fake_prefix(root: Path, slurmctld: str | None = None) -> Path:
     for name in ("scontrol", "sinfo", "squeue", "sbatch", "srun", "scancel", "sprio"):
         (root / "bin" / name).symlink_to(f"/usr/bin/{name}")
     plugins = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm")
-    (root / "lib" / "slurm").symlink_to(plugins)
+    if single_slurmd:
+        (root / "lib" / "slurm").mkdir()
+        for item in plugins.iterdir():
+            if item.name != "libslurmfull.so":
+                (root / "lib" / "slurm" / item.name).symlink_to(item)
+        lib = root / "lib" / "slurm" / "libslurmfull.so"
+        lib.write_bytes((plugins / "libslurmfull.so").read_bytes()
+                        + b"\0Duplicated NodeHostName %s in the config file\0")
+    else:
+        (root / "lib" / "slurm").symlink_to(plugins)
     if slurmctld is not None:
         target = root / "sbin" / "slurmctld"
         target.unlink()

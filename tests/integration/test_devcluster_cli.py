@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,9 +15,17 @@ import pytest
 pytestmark = pytest.mark.slurm
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # `up` runs the Slurm under test (SLURMPOLICY_TEST_SLURM_PREFIX, e.g. 25.11);
+    # status, env and down read it from the state dir.
+    prefix = os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX")
+    base = {k: v for k, v in os.environ.items() if k != "SLURMPOLICY_SLURM_PREFIX"}
+    if prefix:
+        base["SLURMPOLICY_SLURM_PREFIX"] = prefix
     proc = subprocess.run([sys.executable, "-m", "slurmpolicy.cli", *args],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180,
+                          env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"slurmpolicy {' '.join(args)} -> {proc.returncode}\n"
                              f"{proc.stdout}{proc.stderr}")
@@ -67,3 +76,29 @@ def test_errors_are_one_line_without_traceback(state_dir: Path) -> None:
     bad = cli("devcluster", "up", "--state-dir", str(state_dir / "x"), "--nodes", "0",
               check=False)
     assert bad.returncode == 2 and "--nodes" in bad.stderr
+
+
+def test_a_single_slurmd_build_is_refused_in_one_line(state_dir: Path, tmp_path: Path) -> None:
+    """A prefix whose libslurmfull.so carries read_config.c's one-slurmd-per-host
+    check (what a build without --enable-multiple-slurmd holds): `up` refuses with
+    one line saying what is wrong and how to fix it, and writes nothing."""
+    prefix = tmp_path / "slurm-single"
+    for d in ("sbin", "bin", "lib/slurm"):
+        (prefix / d).mkdir(parents=True)
+    for name in ("slurmctld", "slurmd"):
+        (prefix / "sbin" / name).symlink_to(f"/usr/sbin/{name}")
+    for name in ("scontrol", "sinfo", "squeue", "sbatch"):
+        (prefix / "bin" / name).symlink_to(f"/usr/bin/{name}")
+    real = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so").read_bytes()
+    (prefix / "lib/slurm/libslurmfull.so").write_bytes(
+        real + b"\0Duplicated NodeHostName %s in the config file\0")
+    proc = cli("devcluster", "up", "--state-dir", str(state_dir), "--nodes", "2",
+               "--slurm-prefix", str(prefix), check=False)
+    assert proc.returncode == 5, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"slurmpolicy: error: the Slurm at {prefix} was built without "
+                               "--enable-multiple-slurmd")
+    assert "rebuild it with `./configure --enable-multiple-slurmd` (scripts/build-slurm does)" \
+        in lines[0]
+    assert not state_dir.exists()

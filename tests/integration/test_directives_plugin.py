@@ -55,6 +55,26 @@ def own_line(cluster: LiveCluster, job: int, key: str) -> str | None:
     return None
 
 
+def account_update_let_through(cluster: LiveCluster, job: int, proc) -> None:
+    """The plugin let ``scontrol update jobid=N account=X`` through.
+
+    Without slurmdbd, Slurm 25.11 itself then fails such an update now and then
+    with a stale errno ("Resource temporarily unavailable": _retrieve_new_assoc()
+    finds no association and returns whatever errno held), or "succeeds" leaving
+    the account as it was; 22.05 answers 0. What stays checkable on both: it was
+    not the plugin that said no (no "denied", no refusal of this job in the log).
+    """
+    out = proc.stderr + proc.stdout
+    assert "denied" not in out.lower(), out
+    log = cluster.ctld_log.read_text(errors="replace")
+    assert f"slurmpolicy: job {job} has class" not in log
+    version = cluster.slurm_cmd("scontrol", "--version").stdout.split()[-1]
+    if tuple(int(x) for x in version.split(".")[:2]) < (25, 11):
+        assert proc.returncode == 0, out
+    else:
+        assert proc.returncode == 0 or "Resource temporarily unavailable" in out, out
+
+
 def submitted(proc) -> int:
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().split(";")[0])
@@ -184,7 +204,7 @@ def test_a_user_cannot_escalate_through_update(cluster):
     # What the directives allow stays allowed: the plugin lets these through (the
     # dev cluster has no accounting, so Slurm itself leaves the account as it was).
     proc = scontrol_as_user(cluster, "update", f"jobid={research}", "account=nlp")
-    assert proc.returncode == 0, proc.stderr
+    account_update_let_through(cluster, research, proc)
     proc = scontrol_as_user(cluster, "update", f"jobid={nockpt}", "requeue=0")
     assert proc.returncode == 0, proc.stderr
     assert cluster.scontrol_show_job(nockpt)["Requeue"] == "0"
@@ -204,7 +224,7 @@ def test_an_administrator_may_update(cluster):
     assert cluster.scontrol_show_job(job)["Requeue"] == "0"
     proc = cluster.slurm_cmd("scontrol", "update", f"jobid={job}", "account=vision",
                              check=False)
-    assert proc.returncode == 0, proc.stderr
+    account_update_let_through(cluster, job, proc)
 
 
 PATHOLOGICAL = {

@@ -17,6 +17,8 @@ import pytest
 
 from slurmpolicy.devcluster import DevCluster
 
+from .slurmtools import LiveCluster
+
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parents[2]
 
@@ -25,7 +27,7 @@ ROOT = Path(__file__).parents[2]
 def cluster() -> Iterator[DevCluster]:
     state = Path(tempfile.mkdtemp(prefix="spdc-fabric-", dir="/tmp"))
     os.chmod(state, 0o755)
-    dc = DevCluster(state, nodes=8, gpus_per_node=8, racks=2)
+    dc = LiveCluster(state, nodes=8, gpus_per_node=8, racks=2)
     dc.up(timeout=120)
     try:
         yield dc

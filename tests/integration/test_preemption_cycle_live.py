@@ -26,9 +26,10 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
 )
 from slurmpolicy.settings import from_mapping
-from slurmpolicy.slurm.client import ReservationSpec
-from slurmpolicy.slurm.jsoncli import JsonCliClient
+from slurmpolicy.slurm.client import ReservationSpec, SlurmClient
 from slurmpolicy.topology import Fabric
+
+from .slurmtools import adapter_client
 
 pytestmark = pytest.mark.slurm
 LOW = "spolicy:v1 class=experimental ckpt=signal:USR1,grace=60"
@@ -43,12 +44,17 @@ while [ ! -e "$PWD/release.$SLURM_JOB_ID" ]; do sleep 0.2; done
 """
 
 
-def execute(client: JsonCliClient, p, now: float, done: list[str]) -> None:
+def execute(client: SlurmClient, p, now: float, done: list[str]) -> None:
     for a in p.actions:
         if isinstance(a, StartPreemption):
+            # An hour beyond the job's limit, as the daemon's executor does: Slurm
+            # 25.11 lets a job into a MAGNETIC reservation only if its limit ends
+            # within it, and the reservation starts at the snapshot's time, a
+            # moment before the job can start (22.05 let it in regardless).
             client.create_reservation(ReservationSpec(
                 name=a.reservation, nodes=a.nodes, start_time=now,
-                duration_minutes=max(1, math.ceil(a.duration / 60)), users=(a.user,),
+                duration_minutes=max(1, math.ceil((a.duration + 3600) / 60)),
+                users=(a.user,),
                 flags=("IGNORE_JOBS", "MAGNETIC")))
         elif isinstance(a, SignalCheckpoint):
             client.signal(a.job_id, a.signal, "batch")
@@ -67,7 +73,7 @@ def test_checkpoint_first_preemption_cycle(devcluster, tmp_path):
     dc = devcluster
     dc.wait_idle()
     wd = dc.workdir()
-    client = JsonCliClient(env=dc.env())
+    client = adapter_client(dc)
     settings = from_mapping({"preemption": {"min_runtime": 0}})
     victims: list[int] = []
     beneficiary = None

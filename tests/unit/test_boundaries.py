@@ -48,3 +48,43 @@ def test_only_the_slurm_package_runs_slurm_commands():
             if tool in text:
                 offenders.append(f"{rel}: {tool}")
     assert not offenders, offenders
+
+
+def _slurm_imports(name: str) -> set[str]:
+    """The slurmpolicy.slurm modules one module of the Slurm layer imports."""
+    path = ROOT / "slurmpolicy" / "slurm" / f"{name}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("slurmpolicy.slurm."):
+                found.add(node.module.rsplit(".", 1)[1])
+            elif node.module == "slurmpolicy.slurm":
+                found.update(alias.name for alias in node.names)
+    return found
+
+
+# Each module of the Slurm layer and what it may import from the layer: the
+# port knows no adapter, neither adapter knows the other, and what both share
+# (commands, parse, classify) sits below them. connect() alone knows both.
+SLURM_LAYER = {
+    "client": set(),
+    "classify": set(),
+    "parse": {"classify"},
+    "commands": {"classify", "client", "parse"},
+    "jsoncli": {"client", "commands", "parse"},
+    "probe": {"commands"},
+    "pyslurm_client": {"client", "commands", "parse", "classify", "probe"},
+    "connect": {"client", "jsoncli", "pyslurm_client", "probe"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(SLURM_LAYER))
+def test_the_slurm_layer_reads_top_down(module):
+    extra = _slurm_imports(module) - SLURM_LAYER[module]
+    assert not extra, f"slurm/{module}.py imports {sorted(extra)} from the Slurm layer"
+
+
+def test_every_slurm_module_has_its_place_in_the_layering():
+    present = {p.stem for p in (ROOT / "slurmpolicy" / "slurm").glob("*.py")} - {"__init__"}
+    assert present <= set(SLURM_LAYER), sorted(present - set(SLURM_LAYER))

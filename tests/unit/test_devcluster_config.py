@@ -100,3 +100,101 @@ def test_free_ports_are_free_and_distinct() -> None:
     assert len(set(ports)) == 20
     assert all(dcmod.PORT_RANGE[0] <= p <= dcmod.PORT_RANGE[1] for p in ports)
     assert all(dcmod.port_is_free(p) for p in ports)
+
+
+# ---------------------------------------------------------------- multiple slurmd
+# A build without --enable-multiple-slurmd compiles read_config.c's
+#   error("Duplicated NodeHostName %s in the config file", hostname);
+# (inside `#if !defined(MULTIPLE_SLURMD)`); every build holds node_conf.c's
+#   fatal("Duplicated NodeHostName %s in config file", alias);
+# which Debian's 22.05 libslurmfull.so (built with the flag) also carries. The
+# files below are crafted around those two sentences; the real libraries are
+# checked in tests/integration/test_devcluster.py.
+
+NODE_CONF_FATAL = b"Duplicated NodeHostName %s in config file\0"
+READ_CONFIG_ERROR = b"Duplicated NodeHostName %s in the config file\0"
+
+
+def _lib(path: Path, *strings: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x7fELF" + b"\0" * 64 + b"".join(strings) + b"\0" * 64)
+    return path
+
+
+def test_the_single_slurmd_sentence_is_told_from_node_confs(tmp_path: Path) -> None:
+    assert not dcmod.holds_single_slurmd_check(_lib(tmp_path / "multi.so", NODE_CONF_FATAL))
+    assert dcmod.holds_single_slurmd_check(
+        _lib(tmp_path / "single.so", NODE_CONF_FATAL, READ_CONFIG_ERROR))
+    # Older releases spelled it NodeHostname.
+    assert dcmod.holds_single_slurmd_check(
+        _lib(tmp_path / "old.so", b"Duplicated NodeHostname %s in the config file\0"))
+    (tmp_path / "empty.so").write_bytes(b"")
+    assert not dcmod.holds_single_slurmd_check(tmp_path / "empty.so")
+
+
+def _prefix(root: Path, *strings: bytes) -> SlurmInstall:
+    for d in ("sbin", "bin"):
+        (root / d).mkdir(parents=True)
+    _lib(root / "lib" / "slurm" / "libslurmfull.so", *strings)
+    return SlurmInstall(sbin=root / "sbin", bin=root / "bin", plugin_dir=root / "lib" / "slurm")
+
+
+def test_a_prefix_built_without_multiple_slurmd_is_refused_in_one_line(tmp_path: Path) -> None:
+    single = _prefix(tmp_path / "single", NODE_CONF_FATAL, READ_CONFIG_ERROR)
+    ok, lib = dcmod.multiple_slurmd_support(single)
+    assert ok is False and lib == single.plugin_dir / "libslurmfull.so"  # type: ignore[operator]
+    with pytest.raises(DevClusterError) as err:
+        dcmod.check_multiple_slurmd(single)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"the Slurm at {tmp_path / 'single'} was built without --enable-multiple-slurmd" \
+        in message
+    assert "./configure --enable-multiple-slurmd" in message and "scripts/build-slurm" in message
+
+    multi = _prefix(tmp_path / "multi", NODE_CONF_FATAL)
+    assert dcmod.multiple_slurmd_support(multi) == (True, multi.plugin_dir / "libslurmfull.so")  # type: ignore[operator]
+    dcmod.check_multiple_slurmd(multi)  # no error
+
+
+def test_no_library_to_read_is_unknown_not_refused(tmp_path: Path) -> None:
+    (tmp_path / "sbin").mkdir()
+    bare = SlurmInstall(sbin=tmp_path / "sbin", bin=tmp_path / "bin",
+                        plugin_dir=tmp_path / "lib" / "slurm")
+    assert dcmod.multiple_slurmd_support(bare) == (None, None)
+    dcmod.check_multiple_slurmd(bare)
+    # A static slurmd carries read_config.c itself.
+    _lib(tmp_path / "sbin" / "slurmd", READ_CONFIG_ERROR)
+    assert dcmod.multiple_slurmd_support(bare) == (False, tmp_path / "sbin" / "slurmd")
+
+
+def test_slurmctlds_log_line_of_a_single_slurmd_build_is_refused(tmp_path: Path) -> None:
+    dc = make(tmp_path)
+    dc.log_dir.mkdir(parents=True)
+    dc.ctld_log.write_text("[2026-12-03T06:00:00.000] slurmctld version 25.11.7 started\n")
+    dc._check_single_slurmd_log()  # nothing to say
+    with dc.ctld_log.open("a") as f:
+        f.write("[2026-12-03T06:00:00.100] error: Duplicated NodeHostName localhost in the "
+                "config file\n")
+    with pytest.raises(DevClusterError, match=r"built without --enable-multiple-slurmd "
+                       r"\(slurmctld logged \"Duplicated NodeHostName localhost in the config "
+                       r"file\""):
+        dc._check_single_slurmd_log()
+
+
+def test_no_age_weight_that_slurm_would_ignore(tmp_path: Path) -> None:
+    conf = make(tmp_path).render_slurm_conf(30000, list(range(30001, 30009)))
+    assert not any(line.startswith("PriorityWeightAge") for line in conf.splitlines())
+    assert "PriorityWeightPartition=1000" in conf.splitlines()
+
+
+def test_shape_differences_name_what_was_asked(tmp_path: Path) -> None:
+    dc = make(tmp_path, nodes=3, gpus_per_node=2)
+    marker = {"nodes": 2, "gpus_per_node": 2, "gpu_type": "h100", "racks": 2,
+              "cpus_per_node": 8, "memory_mb": 64000, "node_prefix": "gpu",
+              "slurm_prefix": None, "ctld_port": 30000, "slurmd_ports": [30001, 30002]}
+    assert dc._shape_differences(marker) == ["nodes 2 (asked 3)"]
+    same = make(tmp_path, nodes=2, gpus_per_node=2)
+    assert same._shape_differences(marker) == []
+    other = make(tmp_path, nodes=2, gpus_per_node=2, slurm_prefix="/opt/slurm-25.11")
+    assert other._shape_differences(marker) == [
+        "Slurm the system's Slurm (asked /opt/slurm-25.11)"]

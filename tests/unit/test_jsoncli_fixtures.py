@@ -73,7 +73,7 @@ def test_gpu_use_derived_from_jobs_when_gres_used_missing(snap):
     derived = {n.name: dict(n.gpus_alloc_by_type) for n in parse.derive_gpu_use(bare, snap.jobs)}
     assert derived["dgx07"] == {"h100": 8}  # job 2 (4) + array tasks 0,1 (2+2)
     assert derived["dgx01"] == {"h100": 8}
-    assert derived["dgx04"] == {}
+    assert derived["dgx04"] == {"h100": 0}  # idle: listed at 0, as gres_used prints it
     assert sum(sum(v.values()) for v in derived.values()) == 48
 
 

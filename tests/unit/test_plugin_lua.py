@@ -108,9 +108,14 @@ def test_modify_refuses_what_the_directives_refuse(site_plugin, interpreter):
         Case("modify", nockpt.encode(), extra="requeue0"),               # nothing to requeue
         Case("modify", research.encode(), account="vision"),             # unrestricted class
     ]
-    rcs = [o.rc for o in run(site_plugin, cases, interpreter)]
+    outcomes = run(site_plugin, cases, interpreter)
+    rcs = [o.rc for o in outcomes]
     denied = "2002"
     assert rcs == [denied, "0", "0", denied, "0", denied, "0", denied, "0", "0"]
+    # Job ids and uids arrive as floats (Lua 5.3 in a 25.11 build): printed whole.
+    assert outcomes[0].messages[0].startswith("slurmpolicy: job 42 has class 'production'")
+    assert "(uid 1000)" in outcomes[3].messages[0], outcomes[3].messages
+    assert not any(".0" in m for o in outcomes for m in o.messages), outcomes
 
 
 def test_a_lua_error_fails_only_that_job_with_a_clear_message(site_plugin):

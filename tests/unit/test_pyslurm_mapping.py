@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from slurmpolicy.model import JobState
-from slurmpolicy.slurm import parse, pyslurm_client
+from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.pyslurm_client import PySlurmClient, _dependency_text
 
 
@@ -65,29 +65,3 @@ def test_dependency_text():
     assert _dependency_text({}) == ""
     assert _dependency_text({"afterok": ["1"], "afterany": ["2"], "satisfy": "any"}) == \
         "afterok:1?afterany:2"
-
-
-def test_unavailable_reason_names_the_cause():
-    reason = pyslurm_client.unavailable_reason()
-    try:
-        import pyslurm  # noqa: F401
-    except Exception:
-        assert reason is not None and "pyslurm" in reason
-
-
-def test_connect_auto_falls_back_to_jsoncli_with_the_reason():
-    import pytest
-
-    from slurmpolicy.errors import SlurmUnavailable
-    from slurmpolicy.slurm.connect import connect
-    from slurmpolicy.slurm.jsoncli import JsonCliClient
-
-    reason = pyslurm_client.unavailable_reason()
-    if reason is None:  # a host where pyslurm works: auto must take it
-        assert connect("auto").name == "pyslurm"
-        return
-    assert isinstance(connect("auto", timeout=5), JsonCliClient)
-    with pytest.raises(SlurmUnavailable, match="pyslurm adapter asked for"):
-        connect("pyslurm")
-    with pytest.raises(ValueError, match="allowed: auto, jsoncli, pyslurm"):
-        connect("slurmrestd")

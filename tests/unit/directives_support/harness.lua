@@ -71,8 +71,9 @@ while pos <= #data do
     local job_desc = { account = opt(account), partition = opt(partition) }
     if extra == "requeue0" then job_desc.requeue = 0 else job_desc.requeue = 65534 end
     if extra == "admincomment" then job_desc.admin_comment = "spolicy:v1 class=production" end
-    local job_rec = { job_id = 42, admin_comment = body }
-    local rc = slurm_job_modify(job_desc, job_rec, {}, tonumber(uid))
+    -- Floats, as slurmctld pushes them (lua_pushnumber): 42.0 under Lua 5.3.
+    local job_rec = { job_id = 42.0, admin_comment = body }
+    local rc = slurm_job_modify(job_desc, job_rec, {}, tonumber(uid) + 0.0)
     out:write("RC ", tostring(rc), "\n")
   end
   for i = 1, #messages do out:write("MSG ", messages[i], "\n") end
