@@ -41,7 +41,7 @@ from slurmpolicy.daemon.metrics import (
     snapshot_figures,
 )
 from slurmpolicy.daemon.notify import Notifier
-from slurmpolicy.daemon.protocols import BatchSignals
+from slurmpolicy.daemon.protocols import BatchSignals, with_victims
 from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import VictimState
@@ -344,8 +344,9 @@ class Daemon:
         try:
             # The client may have been made in open(): read scripts through it.
             self.batch_signals.client = self.client
+            victims = {int(v["job_id"]) for v in self.journal.open_victims()}
             snapshot = self.batch_signals.enrich(
-                snapshot, {int(v["job_id"]) for v in self.journal.open_victims()})
+                with_victims(snapshot, self.client, victims), victims)
             report = self.executor.reconcile(snapshot, now)
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)

@@ -43,6 +43,37 @@ def wants_script(job: Job, victim: bool = False) -> bool:
     return parse_admin_comment(job.admin_comment).checkpoint is None
 
 
+#: Victims looked up one by one per cycle at most (see with_victims).
+VICTIM_LOOKUPS = 20
+
+
+def with_victims(snapshot: Snapshot, client: Any, victims: Collection[int],
+                 limit: int = VICTIM_LOOKUPS) -> Snapshot:
+    """``snapshot`` plus the open victims it does not list, as Slurm still knows them.
+
+    A victim that saved and exited (NeMo-style) is COMPLETED: 23.02+'s
+    ``squeue --json`` and pyslurm's listing leave it out, yet it must be seen
+    finished (and requeued) rather than taken for gone. Slurm keeps it for
+    MinJobAge (300 s by default); each is looked up (``client.job``).
+    """
+    lookup = getattr(client, "job", None)
+    if lookup is None:
+        return snapshot
+    listed = {j.job_id for j in snapshot.jobs}
+    found: list[Job] = []
+    for job_id in sorted(set(victims) - listed)[:limit]:
+        try:
+            job = lookup(job_id)
+        except SlurmUnavailable:
+            break
+        except SlurmError as exc:
+            log.debug("victim %d not looked up: %s", job_id, exc)
+            continue
+        if job is not None:
+            found.append(job)
+    return replace(snapshot, jobs=(*snapshot.jobs, *found)) if found else snapshot
+
+
 class BatchSignals:
     """Reads and remembers the ``#SBATCH --signal`` of jobs' batch scripts."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from slurmpolicy.model import Snapshot
+from slurmpolicy.model import Job, Snapshot
 
 #: "batch": the batch shell only; "steps": the job steps only (Slurm's own
 #: ``--signal`` without ``B:``); "all": both.
@@ -66,6 +66,11 @@ class SlurmClient(Protocol):
 
     def batch_script(self, job_id: int) -> str:
         """The job's batch script, as submitted (read only)."""
+        ...
+
+    def job(self, job_id: int) -> Job | None:
+        """One job in whatever state Slurm still remembers it, finished ones
+        included (``snapshot()`` lists what ``squeue`` lists); None once forgotten."""
         ...
 
     def set_admin_comment(self, job_id: int, text: str) -> None:

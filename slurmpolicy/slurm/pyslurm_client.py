@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
-from slurmpolicy.errors import ReservationError, SlurmError
+from slurmpolicy.errors import JobGone, ReservationError, SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
@@ -346,6 +346,19 @@ class PySlurmClient:
         with _rpc(f"pyslurm Job({job_id}).send_signal({number.name})"):
             # A plain int: pyslurm's signal_to_num tests str(sig).isnumeric().
             pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=steps)
+
+    def job(self, job_id: int) -> Job | None:
+        """One job in whatever state Slurm still remembers it (finished ones too)."""
+        pyslurm = self._api()
+        try:
+            with _rpc(f"pyslurm Job.load({job_id})"):
+                j = pyslurm.Job.load(_check_id(job_id))
+            job = self._job(j, {}, self.clock())
+        except JobGone:
+            return None
+        except UnicodeDecodeError:
+            return self.cli.job(job_id)
+        return self.cli.job(job_id) if _needs_cli(job) else job
 
     def batch_script(self, job_id: int) -> str:
         pyslurm = self._api()

@@ -203,6 +203,11 @@ def test_a_finished_batch_job_can_be_requeued(client: SlurmClient, devcluster: L
     """What slurmpolicy does with a victim that saved and exited (NeMo-style)."""
     job_id = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--requeue"], workdir=wd)
     devcluster.wait_state(job_id, "COMPLETED")
+    # Looked up by id, a finished job is there (23.02+'s squeue --json and
+    # pyslurm's listing leave it out of the snapshot).
+    done = client.job(job_id)
+    assert done is not None and done.state is JobState.COMPLETED and done.requeue
+    assert client.job(BOGUS) is None
     client.requeue(job_id)
     j = wait_job(client, job_id, lambda j: j.restart_count == 1, "requeued after it ended")
     assert j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)

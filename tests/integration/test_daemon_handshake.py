@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slurm
 
 
 def _comment(cluster: LiveCluster, job_id: int) -> str:
-    job = adapter_client(cluster).snapshot().job(job_id)
+    job = adapter_client(cluster).job(job_id)  # finished jobs too
     assert job is not None
     return job.comment
 

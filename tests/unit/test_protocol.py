@@ -417,3 +417,31 @@ def test_an_abort_waits_for_a_signalled_framework_victim_until_its_deadline() ->
     _with(b, 102, state=JobState.RUNNING, end_time=None)
     b.now += 60
     assert [a for a in _plan_one(b, intents).actions if getattr(a, "aborted", False)]
+
+
+class Lookup:
+    name = "lookup"
+
+    def __init__(self, jobs: dict[int, Job]) -> None:
+        self.jobs = jobs
+        self.asked: list[int] = []
+
+    def job(self, job_id: int) -> Job | None:
+        self.asked.append(job_id)
+        if job_id == 99:
+            raise SlurmError("boom")
+        return self.jobs.get(job_id)
+
+
+def test_with_victims_adds_finished_victims_the_listing_left_out() -> None:
+    from slurmpolicy.daemon.protocols import with_victims
+
+    listed = _job(job_id=1)
+    done = _job(job_id=2, state=JobState.COMPLETED)
+    client = Lookup({2: done})
+    snapshot = Snapshot(taken_at=0.0, slurm_version="25.11", cluster_name="c", jobs=(listed,))
+    out = with_victims(snapshot, client, {1, 2, 3, 99})
+    assert client.asked == [2, 3, 99]  # only those not listed; forgotten and failing skipped
+    assert [j.job_id for j in out.jobs] == [1, 2]
+    assert out.job(2) is done
+    assert with_victims(snapshot, object(), {2}) is snapshot  # a client without lookups
