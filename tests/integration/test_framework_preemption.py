@@ -150,7 +150,7 @@ def _our_requeues(daemon: DaemonRunner, victim: int) -> list[str]:
 def _finish(cluster: LiveCluster, wd: Path, holder: int, victim: int,
             beneficiary: int) -> None:
     cluster.release(holder, wd)
-    cluster.wait_state(holder, "COMPLETED", timeout=60)
+    cluster.wait_state(holder, "COMPLETED", timeout=180)
     records = assert_no_job_lost(cluster, [holder, victim, beneficiary])
     assert records[victim]["Restarts"] == "1"  # exactly one requeue
     assert records[holder]["Restarts"] == "0"
