@@ -48,12 +48,14 @@ local CONFIG = {
     ["research"] = {},
   },
   ["class_order"] = { "production", "research", "experimental" },
+  ["crlf_problem"] = "script: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert with dos2unix)",
   ["default_grace"] = 120,
   ["levels"] = { "nvlink", "leaf", "spine", "any" },
   ["limits"] = {
     ["directive_lines"] = 64,
     ["header_bytes"] = 65536,
     ["header_lines"] = 1000,
+    ["late_warnings"] = 3,
     ["line_bytes"] = 1024,
     ["problems"] = 10,
     ["show_line"] = 120,
@@ -220,6 +222,15 @@ local function bad(reason, suggestion)
   error({ spolicy_bad = true, reason = reason or "", suggestion = suggestion }, 0)
 end
 
+-- A checkpoint duration without a unit: refused, showing both readings.
+local function bare_number(key, text)
+  if sfind(text, "^[0-9]+$") and #text <= 9 then
+    bad(key .. "=" .. text .. " has no unit: " .. text .. "s (seconds, as --signal=SIG@" .. text
+        .. " and GraceTime count) or " .. text .. "m (minutes, as --time counts)? write "
+        .. text .. "s or " .. text .. "m")
+  end
+end
+
 local function duration_in_range(key, text)
   local seconds = parse_duration(text)
   if seconds == nil then
@@ -292,6 +303,8 @@ VALUE["checkpoint"] = function(value)
     bad("unknown signal '" .. sanitize(seen.signal, LIM.show_value) .. "'",
         suggest(sig, CONFIG.signals))
   end
+  if seen.grace ~= nil then bare_number("grace", seen.grace) end
+  if seen.interval ~= nil then bare_number("interval", seen.interval) end
   local grace = CONFIG.default_grace
   if seen.grace ~= nil then grace = duration_in_range("grace", seen.grace) end
   local interval = nil
@@ -415,15 +428,44 @@ end
 
 -- ------------------------------------------------------------ the scanner --
 
+-- Warnings for #SPOLICY lines after the first command (line `command`); `from` is where
+-- the command line's "\n" is, `at` its line number. Only LIM.header_bytes after the
+-- command are looked at. Same as Python's _late_directives.
+local function late_directives(text, from, at, command)
+  local out = {}
+  local start, counted = from, from
+  local stop = from + LIM.header_bytes
+  while #out < LIM.late_warnings do
+    local nl = sfind(text, "\n#", start, true)
+    if not nl or nl + 1 >= stop then break end
+    if upper(ssub(text, nl + 1, nl + 8)) == PREFIX then
+      local _, n = sgsub(ssub(text, counted, nl), "\n", "")
+      at = at + n
+      counted = nl + 1
+      local e = sfind(text, "\n", nl + 1, true)
+      local line = ssub(text, nl + 1, (e or (#text + 1)) - 1)
+      out[#out + 1] = "line " .. int(at) .. ": " .. sanitize(line, LIM.show_line)
+        .. ": after the first command (line " .. int(command) .. "), where sbatch stops"
+        .. " reading directives; this line is ignored; allowed: #SPOLICY lines before the"
+        .. " first command"
+    end
+    start = nl + 1
+  end
+  return out
+end
+
 -- Validate the #SPOLICY lines of script. ctx: { account = ..., partition = ... }.
--- Returns { problems = {msg...}, directives = count, fields = {...} }.
+-- Returns { problems = {msg...}, directives = count, fields = {...}, warnings = {msg...} }.
 local function scan(script, ctx)
   local text = script or ""
+  if sfind(text, "\r\n", 1, true) then -- sbatch refuses it before reading a directive
+    return { problems = { CONFIG.crlf_problem }, directives = 0, fields = {}, warnings = {} }
+  end
   local head = ssub(text, 1, LIM.header_bytes)
   local hlen, tlen = #head, #text
   local problems, fields, first_line = {}, {}, {}
   local ndirectives, dlines = 0, 0
-  local pos, lineno, cut = 1, 0, false
+  local pos, lineno, cut, command = 1, 0, false, 0
 
   local function report(n, line, problem, allowed)
     problems[#problems + 1] = "line " .. int(n) .. ": " .. sanitize(line, LIM.show_line) .. ": "
@@ -450,13 +492,14 @@ local function scan(script, ctx)
     local line = ssub(head, pos, nl - 1)
     pos = nl + 1
     lineno = lineno + 1
-    if ssub(line, -1) == "\r" then line = ssub(line, 1, -2) end
-    local first = smatch(line, "^[ \t]*(.?)")
+    -- Blanks as C's isspace() (sbatch): %s is space, \t, \n, \v, \f, \r.
+    local first = smatch(line, "^%s*(.?)")
     local stop = false
     if lineno == 1 and ssub(line, 1, 2) == "#!" then
       first = "" -- the shebang
     elseif first ~= "" and first ~= "#" then
-      stop = true -- the first command ends the header
+      stop = true -- the first command ends the header, as for #SBATCH
+      command = lineno
     end
     if stop then break end
     -- "#SPOLICY" in any case (the same test as upper(line:sub(1, 8)) == PREFIX).
@@ -549,7 +592,9 @@ local function scan(script, ctx)
         .. " lines and " .. int(LIM.header_bytes) .. " bytes"
     end
   end
-  return { problems = problems, directives = ndirectives, fields = fields }
+  local warnings = {}
+  if command > 0 then warnings = late_directives(text, pos - 1, lineno, command) end
+  return { problems = problems, directives = ndirectives, fields = fields, warnings = warnings }
 end
 
 -- The admin_comment wire form; same as slurmpolicy.jobpolicy.render_admin_comment.
@@ -630,6 +675,9 @@ local function submit(job_desc, part_list, submit_uid)
     end
   end
   local result = scan(script, ctx)
+  for i = 1, #result.warnings do
+    slurm.log_user("%s", "slurmpolicy: warning: " .. result.warnings[i])
+  end
   if #result.problems > 0 then
     for i = 1, #result.problems do
       slurm.log_user("%s", "slurmpolicy: " .. result.problems[i])

@@ -11,17 +11,27 @@ daemon that died mid-step.
 Rules held here, whatever the plan says:
 
 - never cancel a job (there is no call for it);
-- at most one checkpoint signal per (job, restart count);
-- a requeue only after the victim was signalled and then acknowledged or
-  reached its deadline, and at most one per (job, restart count);
+- at most one checkpoint signal per (preemption, job, restart count), and
+  one requeue, only after the victim was signalled and then acknowledged or
+  reached its deadline (keys name the preemption: none is reused after an
+  abort);
 - Slurm's "already pending", "already finished" and "invalid job id"
   answers mean the goal is reached;
 - at most ``settings.daemon.max_slurm_calls_per_cycle`` calls per cycle,
   the safety-relevant ones (requeue, finish, signal) first;
-- a new preemption in one cycle: journal it, reserve its nodes, then signal
-  its victims (the plan lists their signals after the StartPreemption); no
-  signal while the reservation is not in place;
-- only reservations whose name carries our prefix are touched.
+- a new preemption in one cycle: journal it, reserve its nodes (a reservation
+  that is not MAGNETIC, so no job uses it unless it names it), name that
+  reservation on the beneficiary (``scontrol update jobid=N
+  reservationname=R``), then signal its victims (the plan lists their signals
+  after the StartPreemption); no signal while the nodes are not held for the
+  beneficiary alone;
+- a step Slurm refuses ``_RESERVE_TRIES`` times (reserve, bind, signal,
+  requeue) aborts its preemption, with Slurm's words as the reason; an
+  aborted or finished preemption first takes its reservation off a still
+  pending beneficiary, then deletes it;
+- only reservations that carry our (non-empty) prefix *and* that the journal
+  recorded as made by us are updated or deleted; an admin's reservation is
+  never touched, whatever its name.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmpolicy.durations import humanize
 from slurmpolicy.errors import (
     JobAlreadyFinished,
     JobAlreadyPending,
@@ -44,7 +55,7 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment
+from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment, read_acks
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
@@ -77,10 +88,14 @@ _ORDER = {
     "DeleteReservation": 4, "CreateReservation": 5, "UpdateReservation": 6,
     "SetBeginTime": 7, "SetSiteFactor": 8, "Annotate": 9,
 }
-#: Reservation flags: IGNORE_JOBS because the nodes are busy when we reserve
-#: them; MAGNETIC so that the beneficiary's job uses the reservation without
+#: Starvation reservations: IGNORE_JOBS because the nodes are busy when we
+#: reserve them; MAGNETIC so that the waiting job uses the reservation without
 #: being modified (only its user may use it).
 RESERVATION_FLAGS = ("IGNORE_JOBS", "MAGNETIC")
+#: A preemption's reservation is not MAGNETIC: only a job that names it may
+#: use it, and the executor names it on the beneficiary alone. Another job of
+#: the same user does not take the freed nodes.
+PREEMPTION_FLAGS = ("IGNORE_JOBS",)
 #: Reservations of a preemption last the beneficiary's time limit plus this,
 #: or a day when it has none; they are deleted once the work is done.
 _DEFAULT_RESERVATION = 86400.0
@@ -94,8 +109,13 @@ _NOT_SENT = re.compile(r"connect failure|connection refused|munge|configuration|
                        r"unable to establish|not found in", re.IGNORECASE)
 
 
+#: Durations and amounts of work in a note ("within 3m", "loses 1.5 GPU-h"): they
+#: drift from cycle to cycle without changing what it says. Job ids and host
+#: names stay: a note about another job or host is another note.
+_NUMBERS = re.compile(r"\b(?:\d+[dhms])+\b|\d+(?:\.\d+)? GPU-h")
+
 #: Steps whose repetition would hurt a job: their intent is fsync'd before the call.
-_DURABLE = frozenset({"signal", "requeue", "reserve"})
+_DURABLE = frozenset({"signal", "requeue", "reserve", "bind"})
 
 
 class CallBudgetExhausted(Exception):
@@ -141,8 +161,9 @@ class CycleReport:
         self.misses_by_protocol.update(other.misses_by_protocol)
 
 
-def _ack_time(job: Job) -> float | None:
-    return last_checkpoint(job.comment)
+def _ack_time(job: Job, now: float) -> float | None:
+    """The victim's latest valid ack (finite, not beyond ``now`` + the clock skew)."""
+    return last_checkpoint(job.comment, now)
 
 
 def checkpoint_of(job: Job) -> Checkpoint | None:
@@ -150,13 +171,15 @@ def checkpoint_of(job: Job) -> Checkpoint | None:
     return effective_policy(parse_admin_comment(job.admin_comment), job).checkpoint
 
 
-def _acknowledged(job: Job, signalled_at: float) -> bool:
+def _acknowledged(job: Job, signalled_at: float, now: float) -> bool:
     """The victim wrote a checkpoint acknowledgement at or after the signal.
 
     Jobs write whole seconds; compare with the signal's whole second so that
-    an ack written within the same second as the signal counts.
+    an ack written within the same second as the signal counts. An ack
+    stamped in the future (beyond the clock skew), or not a finite number,
+    does not count (see :func:`slurmpolicy.jobpolicy.read_acks`).
     """
-    ack = _ack_time(job)
+    ack = _ack_time(job, now)
     return ack is not None and ack >= math.floor(signalled_at)
 
 
@@ -180,7 +203,10 @@ class Executor:
         #: daemon SIGKILL itself right after such a Slurm call succeeded and
         #: before its outcome is journalled (the worst moment to die).
         self._fault = os.environ.get("SLURMPOLICY_FAULT", "")
-        self._annotations: dict[int | None, str] = {}
+        #: The note in force per job: (its words without numbers, audit id, since).
+        self._annotations: dict[int | None, tuple[str, int, float] | None] = {}
+        #: Refused acks already audited, by (preemption, job, restart, what).
+        self._refused_noted: set[tuple[str, int, int, str]] = set()
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -225,11 +251,12 @@ class Executor:
 
     def _audit(self, action: Action | None, kind: str, reason: str, outcome: str, *,
                job_id: int | None = None, jobs: tuple[int, ...] = (),
-               detail: dict[str, Any] | None = None) -> None:
+               detail: dict[str, Any] | None = None, at: float | None = None) -> int:
         self._report.outcomes[(kind, outcome.split(":", 1)[0])] += 1
-        self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
-                           detail=detail, dry_run=self.dry_run)
+        record = self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
+                                    detail=detail, dry_run=self.dry_run, at=at)
         log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
+        return record
 
     # ----------------------------------------------------------- reconcile
     def reconcile(self, snapshot: Snapshot, now: float | None = None) -> CycleReport:
@@ -279,9 +306,17 @@ class Executor:
                             "reconciled", job_id=job_id, jobs=(job_id,))
             elif kind == "reserve" and pid is not None:
                 name = step["params"].get("name", "")
-                present = snapshot.reservation(name) is not None
-                self.journal.finish_step(step["id"], REACHED if present else FAILED, note)
-                if present:
+                found = snapshot.reservation(name)
+                self.journal.finish_step(step["id"], REACHED if found else FAILED, note)
+                if found is not None:
+                    # Ours; carry_on() names it on the beneficiary.
+                    self.journal.record_reservation(name, job_id, found.nodes,
+                                                    found.start_time or 0.0, 0.0,
+                                                    state="preemption")
+            elif kind == "bind" and pid is not None:
+                named = job is not None and job.reservation == step["params"].get("name")
+                self.journal.finish_step(step["id"], REACHED if named else FAILED, note)
+                if named:
                     self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
             else:
                 # Site factors, begin times and reservations: the next plan
@@ -304,7 +339,7 @@ class Executor:
         if job is None:
             return 0.0
         gpus = victim.get("gpus") or job.gpus
-        if job.start_time is None and _ack_time(job) is None:
+        if job.start_time is None and _ack_time(job, at) is None:
             return 0.0
         ck = checkpoint_of(job)
         since = checkpoint_age_basis(job, ck.interval if ck is not None else None, at)
@@ -339,7 +374,7 @@ class Executor:
                                   VictimState.DEADLINE)
             if job is not None and job.restart_count == rc and answering and \
                     exited_to_continue(job, checkpoint_of(job)) and \
-                    not self.journal.has_step(f"requeue:{job_id}:{rc}", (OK, REACHED)):
+                    not self.journal.has_step(_requeue_key(pid, job_id, rc), (OK, REACHED)):
                 # Saved and exited after the signal (NeMo-style): the planner
                 # requeues the finished batch job so that it continues.
                 if victim["acked_at"] is None and state is VictimState.SIGNALLED:
@@ -354,7 +389,7 @@ class Executor:
                 continue
             if job is None or job.state.is_finished:
                 if state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE) and \
-                        self.journal.has_step(f"requeue:{job_id}:{rc}", (OK, REACHED)):
+                        self.journal.has_step(_requeue_key(pid, job_id, rc), (OK, REACHED)):
                     continue
                 self.journal.update_victim(pid, job_id, rc, state=VictimState.ENDED)
                 self._audit(None, "VictimEnded",
@@ -366,7 +401,7 @@ class Executor:
                 # Requeued (by us, in a step whose outcome was lost, by Slurm, or
                 # by the job itself: Lightning and submitit answer the signal so).
                 if state is VictimState.SIGNALLED and victim["acked_at"] is None and \
-                        not self.journal.has_step(f"requeue:{job_id}:{rc}"):
+                        not self.journal.has_step(_requeue_key(pid, job_id, rc)):
                     self._note_ack(victim, job, now, "self-requeue", "requeued itself")
                 self._victim_requeued(pid, job_id, rc, job, now)
                 continue
@@ -375,8 +410,9 @@ class Executor:
                 # state moves to acknowledged/deadline when the requeue is made,
                 # so that the planner words its reason from what it sees.
                 signalled_at = float(victim["signalled_at"] or now)
-                if victim["acked_at"] is None and _acknowledged(job, signalled_at):
-                    self._note_ack(victim, job, _ack_time(job) or now, "ack",
+                self._note_refused_acks(pid, job, rc, now)
+                if victim["acked_at"] is None and _acknowledged(job, signalled_at, now):
+                    self._note_ack(victim, job, _ack_time(job, now) or now, "ack",
                                    "acknowledged its checkpoint")
                 elif victim["acked_at"] is None and victim["deadline"] is not None and \
                         now >= float(victim["deadline"]) and not victim["deadline_noted"]:
@@ -391,6 +427,18 @@ class Executor:
         self._audit(None, "CheckpointDeadline",
                     f"victim {job_id} did not acknowledge its checkpoint by its"
                     f" deadline; {then}", "observed", job_id=job_id, jobs=(job_id,))
+
+    def _note_refused_acks(self, pid: str, job: Job, rc: int, now: float) -> None:
+        """Journal, once each, the acks of a signalled victim that do not count."""
+        for what in read_acks(job.comment, now)[1]:
+            key = (pid, job.job_id, rc, what.split(" ")[0])
+            if key in self._refused_noted:
+                continue
+            self._refused_noted.add(key)
+            self._audit(None, "CheckpointAck",
+                        f"victim {job.job_id}: a checkpoint acknowledgement in its comment "
+                        f"was refused: {what}", "refused", job_id=job.job_id,
+                        jobs=(job.job_id,))
 
     def _advance_preemptions(self, snapshot: Snapshot) -> None:
         for p in self.journal.preemptions(open_only=True):
@@ -441,11 +489,26 @@ class Executor:
 
     # Each handler: guard, journal, call, record, audit.
     def _do_Annotate(self, a: Annotate, snapshot: Snapshot, now: float) -> None:
-        # The planner repeats its explanations every cycle; the audit keeps changes.
-        if self._annotations.get(a.job_id) == a.reason:
+        # The planner repeats its explanations every cycle: a note is recorded
+        # once (durations that drift, like "within 3m", do not make it new, nor
+        # does a restart of the daemon), and closed with how long it held
+        # when another note replaces it.
+        key = _NUMBERS.sub("#", a.reason)
+        if a.job_id not in self._annotations:
+            last = self.journal.last_audit("Annotate", a.job_id) if a.job_id is not None \
+                else None
+            first = self.journal.job_since(a.job_id) if a.job_id is not None else None
+            self._annotations[a.job_id] = (
+                (_NUMBERS.sub("#", last.reason), last.id, last.at)
+                if last is not None and last.outcome == "noted"
+                and (first is None or last.at >= first) else None)
+        held = self._annotations[a.job_id]
+        if held is not None and held[0] == key:
             return
-        self._annotations[a.job_id] = a.reason
-        self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id)
+        if held is not None:
+            self.journal.set_audit_outcome(held[1], f"noted; held {humanize(now - held[2])}")
+        record = self._audit(a, "Annotate", a.reason, "noted", job_id=a.job_id, at=now)
+        self._annotations[a.job_id] = (key, record, now)
 
     def _do_SetSiteFactor(self, a: SetSiteFactor, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
@@ -472,8 +535,21 @@ class Executor:
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"begin_time": a.begin_time})
 
+    def _prefixed(self, name: str) -> bool:
+        prefix = self.settings.reservations.name_prefix
+        return bool(prefix) and name.startswith(prefix)
+
     def _ours(self, name: str) -> bool:
-        return name.startswith(self.settings.reservations.name_prefix)
+        """Made by us: our prefix, and our journal's record of creating it."""
+        return self._prefixed(name) and self.journal.reservation_state(name) is not None
+
+    def _may_create(self, name: str, snapshot: Snapshot) -> str:
+        """"" when we may create (or move our own) reservation ``name``; else why not."""
+        if not self._prefixed(name):
+            return f"reservation name {name!r} lacks our prefix"
+        if snapshot.reservation(name) is not None and not self._ours(name):
+            return f"reservation {name} exists and was not made by slurmpolicy"
+        return ""
 
     def _spec(self, a: CreateReservation | UpdateReservation) -> ReservationSpec:
         return ReservationSpec(
@@ -493,9 +569,9 @@ class Executor:
                      create: bool) -> None:
         assert self.client is not None
         client = self.client
-        if not self._ours(a.name):
-            self._audit(a, a.kind, a.reason, "refused: not a slurmpolicy reservation",
-                        job_id=a.job_id)
+        problem = self._may_create(a.name, snapshot)
+        if problem:
+            self._audit(a, a.kind, a.reason, f"refused: {problem}", job_id=a.job_id)
             return
         spec = self._spec(a)
         fn = (lambda: client.create_reservation(spec)) if create else (
@@ -577,8 +653,8 @@ class Executor:
             problem = f"victim(s) {taken} already in another preemption"
         elif beneficiary is None or not beneficiary.is_pending:
             problem = f"beneficiary {a.beneficiary} is not pending"
-        elif not self._ours(a.reservation):
-            problem = f"reservation name {a.reservation!r} lacks our prefix"
+        else:
+            problem = self._may_create(a.reservation, snapshot)
         victims = []
         counts = a.restart_counts or (None,) * len(a.victims)
         for job_id, planned_rc in zip(a.victims, counts, strict=True):
@@ -603,7 +679,7 @@ class Executor:
         spec = ReservationSpec(
             name=a.reservation, nodes=tuple(a.nodes), start_time=now,
             duration_minutes=max(1, math.ceil(duration / 60)),
-            users=(a.user or beneficiary.user,), flags=RESERVATION_FLAGS)
+            users=(a.user or beneficiary.user,), flags=PREEMPTION_FLAGS)
         self._reserve(a.preemption_id, spec, a.beneficiary, snapshot)
         self._audit(a, a.kind, a.reason,
                     "ok" if self.journal.preemption(a.preemption_id)["state"]  # type: ignore[index]
@@ -625,23 +701,43 @@ class Executor:
         if status == OK:
             self.journal.record_reservation(spec.name, beneficiary, spec.nodes, spec.start_time,
                                             spec.duration_minutes * 60.0, state="preemption")
-            self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
+            self._bind(pid, spec.name, beneficiary)
         else:
             self._audit(None, "Reserve", f"reservation {spec.name} for preemption {pid}",
                         _outcome(status, msg), job_id=beneficiary)
 
+    def _bind(self, pid: str, name: str, beneficiary: int) -> bool:
+        """Name the reservation on the beneficiary: from then on it alone may use
+        the held nodes. The preemption counts as reserved (victims may be
+        signalled) only once this succeeded."""
+        assert self.client is not None
+        client = self.client
+        status, msg = self._call(f"bind:{pid}", "bind",
+                                 lambda: client.set_job_reservation(beneficiary, name),
+                                 job_id=beneficiary, preemption_id=pid,
+                                 params={"name": name})
+        if status == OK:
+            self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
+            return True
+        self._audit(None, "Reserve", f"reservation {name} named on beneficiary {beneficiary} "
+                    f"for preemption {pid}", _outcome(status, msg), job_id=beneficiary)
+        return False
+
     def _victim_or_refuse(self, a: SignalCheckpoint | Requeue) -> dict[str, Any] | None:
         """The journal's row of the victim this step is for, or None (audited as refused)."""
         victim = self.journal.victim(a.preemption_id, a.job_id, a.restart_count)
-        if victim is None:
+        p = self.journal.preemption(a.preemption_id)
+        if victim is None or p is None or p["state"] in (PreemptionState.DONE.value,
+                                                         PreemptionState.ABORTED.value):
             self._audit(a, a.kind, a.reason, "refused: not a victim of an open preemption",
                         job_id=a.job_id)
+            return None
         return victim
 
     def _do_SignalCheckpoint(self, a: SignalCheckpoint, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
         client = self.client
-        key = f"signal:{a.job_id}:{a.restart_count}"
+        key = f"signal:{a.preemption_id}:{a.job_id}:{a.restart_count}"
         victim = self._victim_or_refuse(a)
         if victim is None:
             return
@@ -684,11 +780,14 @@ class Executor:
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"signal": a.signal, "deadline": a.deadline, "target": target,
                             "protocol": protocol, "restart_count": a.restart_count})
+        if status == FAILED:
+            self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s signal",
+                                         snapshot)
 
     def _do_Requeue(self, a: Requeue, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
         client = self.client
-        key = f"requeue:{a.job_id}:{a.restart_count}"
+        key = _requeue_key(a.preemption_id, a.job_id, a.restart_count)
         victim = self._victim_or_refuse(a)
         if victim is None:
             return
@@ -719,7 +818,7 @@ class Executor:
             return
         if state is VictimState.SIGNALLED and job is not None:
             # The plan may have seen the ack or the deadline before our bookkeeping.
-            if _acknowledged(job, float(victim["signalled_at"] or now)):
+            if _acknowledged(job, float(victim["signalled_at"] or now), now):
                 state = VictimState.ACKNOWLEDGED
             elif victim["deadline"] is not None and now >= float(victim["deadline"]):
                 state = VictimState.DEADLINE
@@ -742,6 +841,58 @@ class Executor:
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"after": state.value, "why": a.after,
                             "restart_count": a.restart_count})
+        if status == FAILED:
+            self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s requeue",
+                                         snapshot)
+
+    def _give_up_after_refusals(self, pid: str, key: str, what: str,
+                                snapshot: Snapshot) -> bool:
+        """Abort preemption ``pid`` once Slurm refused step ``key`` ``_RESERVE_TRIES``
+        times: a step that cannot succeed must not be retried every cycle."""
+        failures = self.journal.steps(key=key, status=FAILED)
+        if len(failures) < _RESERVE_TRIES:
+            return False
+        self._abort_preemption(pid, f"Slurm refused {what} {len(failures)} times: "
+                                    f"{failures[-1]['error']}", snapshot)
+        return True
+
+    def _abort_preemption(self, pid: str, why: str, snapshot: Snapshot) -> None:
+        p = self.journal.preemption(pid)
+        if p is None or p["state"] in (PreemptionState.DONE.value,
+                                       PreemptionState.ABORTED.value):
+            return
+        beneficiary = int(p["beneficiary"])
+        reason = f"preemption {pid} aborted: {why}"
+        self.journal.set_preemption_state(pid, PreemptionState.ABORTED, reason=reason)
+        victims = tuple(v["job_id"] for v in self.journal.victims_of(pid))
+        deleted = self._close_reservation(pid, p["reservation"], beneficiary, snapshot)
+        self._audit(None, "FinishPreemption", reason, "aborted", job_id=beneficiary,
+                    jobs=(beneficiary, *victims),
+                    detail={"reservation": p["reservation"], "reservation_deleted": deleted})
+
+    def _close_reservation(self, pid: str, name: str, beneficiary: int,
+                           snapshot: Snapshot) -> bool:
+        """Take the reservation off a still pending beneficiary (so that it is not
+        left waiting for a reservation that is gone), then delete it; or leave it
+        to _cleanup_orphans while a job runs in it. True when it is gone."""
+        assert self.client is not None
+        client = self.client
+        job = snapshot.job(beneficiary)
+        if job is not None and job.is_pending and job.reservation == name:
+            status, msg = self._call(f"unbind:{pid}", "unbind",
+                                     lambda: client.set_job_reservation(beneficiary, ""),
+                                     job_id=beneficiary, preemption_id=pid,
+                                     params={"name": name}, reached=(JobGone, JobAlreadyFinished))
+            if status == FAILED:
+                self._audit(None, "Reserve", f"reservation {name} taken off beneficiary "
+                            f"{beneficiary}", _outcome(status, msg), job_id=beneficiary)
+        if not self._ours(name):
+            return False
+        if _jobs_in(snapshot, name):
+            self.journal.set_reservation_state(name, "orphan")
+            return False
+        status, _ = self._delete_reservation(name, beneficiary, snapshot)
+        return status in (OK, REACHED)
 
     def _requeue_exited(self, a: Requeue, victim: dict[str, Any], job: Job | None,
                         now: float) -> None:
@@ -749,7 +900,7 @@ class Executor:
         a finished batch job (22.05 and 25.11 alike) while it still knows it."""
         assert self.client is not None
         client = self.client
-        key = f"requeue:{a.job_id}:{a.restart_count}"
+        key = _requeue_key(a.preemption_id, a.job_id, a.restart_count)
         state = VictimState(victim["state"])
         if state not in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
             self._audit(a, a.kind, a.reason, f"refused: victim is {state.value}, not signalled",
@@ -775,8 +926,11 @@ class Executor:
                             "state": job.state.value})
 
     def _reserved(self, pid: str) -> bool:
+        """The nodes are held for the beneficiary alone (and the preemption is open)."""
         p = self.journal.preemption(pid)
-        return p is not None and p["state"] != PreemptionState.PLANNED.value
+        return p is not None and p["state"] in (PreemptionState.RESERVED.value,
+                                                PreemptionState.SIGNALLED.value,
+                                                PreemptionState.REQUEUED.value)
 
     def _do_FinishPreemption(self, a: FinishPreemption, snapshot: Snapshot, now: float) -> None:
         p = self.journal.preemption(a.preemption_id)
@@ -789,57 +943,68 @@ class Executor:
             self._audit(a, a.kind, a.reason, "reached: already closed",
                         job_id=int(p["beneficiary"]), jobs=jobs)
             return
-        if _jobs_in(snapshot, p["reservation"]):
-            self.journal.set_reservation_state(p["reservation"], "orphan")
-            status = FAILED
-        else:
-            status, _ = self._delete_reservation(p["reservation"], int(p["beneficiary"]),
-                                                 snapshot)
         target = PreemptionState.ABORTED if a.aborted else PreemptionState.DONE
         self.journal.set_preemption_state(a.preemption_id, target,
                                           reason=a.reason if a.aborted else None)
+        deleted = self._close_reservation(a.preemption_id, p["reservation"],
+                                          int(p["beneficiary"]), snapshot)
         self._audit(a, a.kind, a.reason, target.value, job_id=int(p["beneficiary"]), jobs=jobs,
-                    detail={"reservation": p["reservation"],
-                            "reservation_deleted": status in (OK, REACHED)})
+                    detail={"reservation": p["reservation"], "reservation_deleted": deleted})
 
     def carry_on(self, snapshot: Snapshot, now: float | None = None) -> None:
-        """Retry what the executor owns alone: reservations of planned preemptions."""
+        """Retry what the executor owns alone: the reservation of a planned
+        preemption and its naming on the beneficiary (a bounded number of times)."""
         if self.dry_run:
             return
         now = self._clock() if now is None else now
         try:
             for p in self.journal.preemptions(open_only=True):
-                if p["state"] != PreemptionState.PLANNED.value:
-                    continue
-                existing = snapshot.reservation(p["reservation"])
-                if existing is not None and \
-                        set(existing.nodes) == set(_json_list(p["nodes"])):
-                    # Made by a step whose outcome a dead daemon did not record.
-                    self.journal.record_reservation(
-                        existing.name, int(p["beneficiary"]), existing.nodes,
-                        existing.start_time or now, 0.0, state="preemption")
-                    self.journal.set_preemption_state(p["preemption_id"], PreemptionState.RESERVED)
-                    continue
-                beneficiary = snapshot.job(int(p["beneficiary"]))
-                if beneficiary is None or not beneficiary.is_pending:
-                    continue  # the planner closes it
-                failures = self.journal.steps(key=f"reserve:{p['preemption_id']}",
-                                              status=FAILED)
-                if len(failures) >= _RESERVE_TRIES:
-                    why = (f"Slurm refused the reservation {_RESERVE_TRIES} times: "
-                           f"{failures[-1]['error']}")
-                    self.journal.set_preemption_state(p["preemption_id"],
-                                                      PreemptionState.ABORTED, reason=why)
-                    self._audit(None, "FinishPreemption", why, "aborted",
-                                job_id=int(p["beneficiary"]))
-                    continue
-                spec = ReservationSpec(
-                    name=p["reservation"], nodes=tuple(_json_list(p["nodes"])), start_time=now,
-                    duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),
-                    users=(beneficiary.user,), flags=RESERVATION_FLAGS)
-                self._reserve(p["preemption_id"], spec, int(p["beneficiary"]), snapshot)
+                self._carry_on_one(p, snapshot, now)
         except CallBudgetExhausted:
             pass
+
+    def _carry_on_one(self, p: dict[str, Any], snapshot: Snapshot, now: float) -> None:
+        pid, name = p["preemption_id"], p["reservation"]
+        b = int(p["beneficiary"])
+        beneficiary = snapshot.job(b)
+        if beneficiary is None or not beneficiary.is_pending:
+            return  # the planner closes it
+        existing = snapshot.reservation(name)
+        if p["state"] != PreemptionState.PLANNED.value:
+            if existing is not None and self._ours(name) and not beneficiary.reservation:
+                # Someone took the reservation off the beneficiary: name it again,
+                # a bounded number of times.
+                if len(self.journal.steps(key=f"bind:{pid}")) > _RESERVE_TRIES:
+                    self._abort_preemption(pid, f"beneficiary {b} keeps leaving its "
+                                                f"reservation {name}", snapshot)
+                else:
+                    self._bind(pid, name, b)
+            return
+        if existing is not None and self.journal.has_step(f"reserve:{pid}"):
+            if not self._ours(name):
+                # Made by a step whose outcome a dead daemon did not record.
+                self.journal.record_reservation(name, b, existing.nodes,
+                                                existing.start_time or now, 0.0,
+                                                state="preemption")
+            if beneficiary.reservation == name:
+                self.journal.set_preemption_state(pid, PreemptionState.RESERVED)
+            elif not self._give_up_after_refusals(
+                    pid, f"bind:{pid}", f"naming reservation {name} on beneficiary {b}",
+                    snapshot):
+                self._bind(pid, name, b)
+            return
+        if self._give_up_after_refusals(pid, f"reserve:{pid}", f"the reservation {name}",
+                                        snapshot):
+            return
+        problem = self._may_create(name, snapshot)
+        if problem:
+            self._abort_preemption(pid, problem, snapshot)
+            return
+        spec = ReservationSpec(
+            name=name, nodes=tuple(_json_list(p["nodes"])), start_time=now,
+            duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),
+            users=(beneficiary.user,), flags=PREEMPTION_FLAGS)
+        self._reserve(pid, spec, b, snapshot)
 
 
 def _in_order(actions: tuple[Action, ...]) -> list[Action]:
@@ -863,6 +1028,10 @@ def _in_order(actions: tuple[Action, ...]) -> list[Action]:
         return (_ORDER.get(a.kind, 10), -1, i)
 
     return [a for _, a in sorted(enumerate(actions), key=key)]
+
+
+def _requeue_key(pid: str, job_id: int, restart_count: int) -> str:
+    return f"requeue:{pid}:{job_id}:{restart_count}"
 
 
 def _jobs_in(snapshot: Snapshot, reservation: str) -> list[int]:

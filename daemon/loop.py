@@ -1,6 +1,8 @@
 """The daemon's main loop: read, plan, execute, record; again.
 
-Owns the cycle and the process's life: the state-directory lock, signals
+Owns the cycle and the process's life: the state-directory lock, the
+cluster-wide lease (:mod:`slurmpolicy.daemon.lease`: a daemon that does not
+hold it stands by and changes nothing), signals
 (SIGTERM/SIGINT: finish the current step and exit; SIGHUP: reload settings
 and fabric), systemd notify and watchdog, back-off when Slurm does not
 answer, the metrics endpoint, and the fair-share usage accounting that the
@@ -9,6 +11,7 @@ journal keeps between cycles.
 One cycle::
 
     snapshot = client.snapshot()           # skipped if stale or Slurm is down
+    lease.check(snapshot)                  # standing by: nothing more this cycle
     executor.reconcile(snapshot)           # journal <- what Slurm shows
     fabric = (re)load when changed         # topology sources
     plan = policy.plan(snapshot, fabric, settings, journal.load_intents(), now)
@@ -33,6 +36,7 @@ from typing import Any
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
+from slurmpolicy.daemon.lease import Lease
 from slurmpolicy.daemon.lock import StateLock
 from slurmpolicy.daemon.metrics import (
     CHECKPOINT_WINDOW,
@@ -58,7 +62,8 @@ FabricLoader = Callable[[Snapshot, Settings], Any]
 
 @dataclass
 class CycleResult:
-    #: "ok", "stale" (snapshot too old), "unavailable" (Slurm did not answer), "error"
+    #: "ok", "stale" (snapshot too old), "unavailable" (Slurm did not answer), "error",
+    #: "standby" (another daemon holds the cluster's lease)
     result: str
     seconds: float
     report: CycleReport | None = None
@@ -132,12 +137,21 @@ class Daemon:
         self.executor: Executor | None = None
         self.fabric: Any = None
         self._fabric_key: tuple[Any, ...] | None = None
+        #: Why the sources' latest change was refused while the last good fabric is kept
+        #: ("" when the fabric in use is the sources' latest).
+        self.fabric_refused = ""
         self._stop = threading.Event()
         self._reload = False
         self._failures = 0
         self.cycles = 0
         self._last_watchdog = 0.0
         self._last_prune = 0.0
+        #: Why the fabric sources were last refused ("" when the fabric in use is current).
+        self.fabric_error = ""
+        self.lease: Lease | None = None
+        self._last_snapshot: Snapshot | None = None
+        self._standby_said = ""
+        self._lease_said = ""
         self.batch_signals = BatchSignals(client)
 
     # -------------------------------------------------------------- signals
@@ -170,6 +184,10 @@ class Daemon:
             self.executor = Executor(self.client, self.journal, self.settings,
                                      dry_run=self.dry_run, clock=self.clock)
             self.executor.should_stop = self._stop.is_set
+            if not self.dry_run and self.settings.daemon.lease_ttl > 0:
+                self.lease = Lease(self.client, self.settings.reservations.name_prefix,
+                                   lease_ttl(self.settings), token=self._lease_token(),
+                                   user=_user_name())
             if self.serve_metrics and self.settings.metrics.enabled:
                 try:
                     self.metrics.serve(self.settings.metrics.bind, self.settings.metrics.port)
@@ -181,6 +199,24 @@ class Daemon:
         except BaseException:
             self.close()
             raise
+
+    def _lease_token(self) -> int | None:
+        """This state directory's lease token: a restarted daemon knows its lease."""
+        assert self.journal is not None
+        text = self.journal.get_meta("lease_token")
+        if text and text.isdigit():
+            return int(text)
+        lease = Lease(self.client, "", 1.0)  # draws a token
+        self.journal.set_meta("lease_token", str(lease.token))
+        return lease.token
+
+    def _release_lease(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            self.lease.release(self._last_snapshot)
+        except Exception as exc:  # it expires by itself; never block a stop
+            log.warning("lease not released: %s", exc)
 
     def close(self) -> None:
         self.metrics.stop()
@@ -218,6 +254,7 @@ class Daemon:
                     status = 0 if result.result == "ok" else 1
                     break
                 self._sleep(self._delay(result))
+            self._release_lease()
             self.notifier.stopping("stopping; in-flight preemptions stay in the journal")
             log.info("slurmpolicy daemon stopped")
             return status
@@ -247,6 +284,9 @@ class Daemon:
 
     def _delay(self, result: CycleResult) -> float:
         interval = self.settings.daemon.interval
+        if result.result == "standby" and self.lease is not None:
+            # Look often enough to take over within the lease's bound.
+            return min(interval, max(1.0, self.lease.ttl / 3))
         if result.result in ("unavailable", "stale", "error"):
             # Bounded exponential back-off: interval, 2x, 4x ... up to max_backoff.
             return min(self.settings.daemon.max_backoff,
@@ -312,10 +352,49 @@ class Daemon:
         nodes = tuple((n.name, n.gpus, n.features) for n in snapshot.nodes)
         key = (stamps, nodes)
         if self.fabric is None or key != self._fabric_key:
-            self.fabric = self.fabric_loader(snapshot, self.settings)
+            try:
+                fresh = self.fabric_loader(snapshot, self.settings)
+            except SlurmPolicyError as exc:  # TopologyError, ConfigError: refused sources
+                if self.fabric is None:
+                    raise  # nothing to steer with: the cycle fails and says why
+                # A source Slurm would refuse too (or a half-written file): keep steering
+                # with the last fabric that was read, and say so once per change.
+                self._fabric_key = key
+                self.fabric_refused = str(exc)
+                self.fabric_error = str(exc)
+                kept = len(getattr(self.fabric, "hosts", ()))
+                log.error("fabric sources changed but were refused; keeping the last good"
+                          " fabric (%d hosts): %s", kept, exc)
+                self._journal_fabric(f"sources changed but were refused: {exc}; keeping the"
+                                     f" last good fabric ({kept} hosts)", "kept last good")
+                return self.fabric
+            self.fabric = fresh
             self._fabric_key = key
+            if self.fabric_refused:
+                log.info("fabric sources read again; the refusal is over")
+            self.fabric_refused = ""
+            self.fabric_error = ""
             log.info("fabric (re)loaded: %d hosts", len(snapshot.nodes))
+            # What Slurm also accepts with a warning (a node under two leaves, names
+            # slurm.conf lacks, ...): said once per load; counted every cycle.
+            warnings = list(getattr(fresh, "warnings", ()))
+            for warning in warnings:
+                log.warning("fabric: %s", warning)
+            self._journal_fabric(
+                f"fabric read: {len(getattr(fresh, 'hosts', ()))} hosts, {len(warnings)}"
+                " warning(s)" + (f"; first: {warnings[0]}" if warnings else ""), "loaded",
+                {"warnings": warnings})
         return self.fabric
+
+    def _journal_fabric(self, reason: str, outcome: str,
+                        detail: dict[str, Any] | None = None) -> None:
+        """Every (re)load and every refusal is a decision: journalled with its reason."""
+        if self.journal is None:
+            return
+        try:
+            self.journal.audit("fabric", reason, outcome, detail=detail, dry_run=self.dry_run)
+        except Exception as exc:  # a full disk must not stop the policy
+            log.error("fabric decision not journalled: %s", exc)
 
     def _in_flight(self) -> int:
         if self.journal is None:
@@ -341,6 +420,16 @@ class Daemon:
             return self._finish(self._fail(
                 "stale", f"snapshot is {age:.0f}s old (limit "
                 f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
+        self._last_snapshot = snapshot
+        if self.lease is not None:
+            try:
+                active = self.lease.check(snapshot, now)
+            except SlurmUnavailable as exc:
+                return self._finish(self._fail("unavailable",
+                                               f"Slurm does not answer: {exc}", started))
+            self._say_lease()
+            if not active:
+                return self._finish(self._standby(started))
         try:
             # The client may have been made in open(): read scripts through it.
             self.batch_signals.client = self.client
@@ -366,6 +455,28 @@ class Daemon:
         result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
         return self._finish(result, snapshot, fabric, now)
 
+    def _say_lease(self) -> None:
+        """Keep the lease's state in the journal for `daemon status` (on change only)."""
+        assert self.lease is not None and self.journal is not None
+        said = self.lease.status.split(",")[0]
+        if said != self._lease_said:
+            self._lease_said = said
+            try:
+                self.journal.set_meta("lease_status", said)
+            except Exception as exc:  # for people only; never fatal
+                log.warning("lease status not written: %s", exc)
+
+    def _standby(self, started: float) -> CycleResult:
+        """Another daemon holds the lease: change nothing; say so once."""
+        assert self.lease is not None
+        self._failures = 0
+        status = self.lease.status
+        said = status.split(",")[0]
+        if said != self._standby_said:
+            log.warning("%s", status)
+            self._standby_said = said
+        return CycleResult("standby", time.monotonic() - started, None, 0, status)
+
     def _fail(self, kind: str, message: str, started: float) -> CycleResult:
         self._failures += 1
         log.warning("%s", message)
@@ -382,6 +493,11 @@ class Daemon:
                     since=(now or self.clock()) - CHECKPOINT_WINDOW))
             except Exception as exc:  # figures must never stop the policy
                 log.warning("checkpoint figures not computed: %s", exc)
+        if self.fabric is not None:
+            figures += [
+                ("slurmpolicy_fabric_warnings", {},
+                 float(len(getattr(self.fabric, "warnings", ())))),
+                ("slurmpolicy_fabric_refused", {}, 1.0 if self.fabric_refused else 0.0)]
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
                                              in_flight=self._in_flight(), figures=figures)
@@ -400,3 +516,27 @@ class Daemon:
         fresh = advance_usage(usage, usage_at, list(snapshot.running()), now, half_life)
         self.journal.set_usage(fresh, now)
         self.journal.forget_jobs(j.job_id for j in snapshot.jobs)
+        # Each job id's identity (cluster, first submit): a reused id starts clean.
+        reused = self.journal.note_jobs(snapshot.cluster_name, snapshot.jobs, now)
+        if reused:
+            log.info("job id(s) %s now name other jobs; their earlier records stay with "
+                     "the old ones", ", ".join(map(str, reused[:10])))
+
+
+def _user_name() -> str:
+    """The daemon's own user: the lease reservation names it (Slurm wants a user)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return "root"
+
+
+def lease_ttl(settings: Settings) -> float:
+    """The lease's time to live: ``daemon.lease_ttl``, but at least three cycles.
+
+    The holder renews once per cycle at most; a shorter lease would lapse
+    between two of its cycles and be taken over while it is alive.
+    """
+    return max(settings.daemon.lease_ttl, 3 * settings.daemon.interval)

@@ -17,12 +17,19 @@ Owns:
 The grammar, shared with the Lua side (keep them in step):
 
 - The script is read as bytes and, like Slurm hands it to the plugin (a C
-  string), ends at its first NUL byte. Lines end at ``\\n``; a trailing
-  ``\\r`` is dropped.
+  string), ends at its first NUL byte. Lines end at ``\\n``, as sbatch splits
+  them (src/sbatch/opt.c ``next_line``). A script with a DOS line break
+  (``\\r\\n``) anywhere is refused with sbatch's own words (src/sbatch/sbatch.c),
+  since sbatch refuses it before any directive is read.
 - The header is line 1 when it starts with ``#!``, then every line that is
-  blank or whose first non-blank character is ``#``; the first other line
-  ends it. At most :data:`MAX_HEADER_LINES` lines and
-  :data:`MAX_HEADER_BYTES` bytes are examined, and at most
+  blank (C ``isspace``: space, tab, ``\\v``, ``\\f``, ``\\r``) or whose first
+  non-blank character is ``#``; the first other line, a command, ends it, as
+  it ends sbatch's reading of ``#SBATCH`` lines. ``#SPOLICY`` lines after it
+  are not read; each (up to :data:`MAX_LATE_WARNINGS`, within
+  :data:`MAX_HEADER_BYTES` after the command) is a warning, at submit and in
+  ``directives check``, because the user meant it. At most
+  :data:`MAX_HEADER_LINES` lines and :data:`MAX_HEADER_BYTES` bytes are
+  examined, and at most
   :data:`MAX_DIRECTIVE_LINES` directive lines are accepted, so that a 1 MB
   script or one of 10,000 directive lines costs bounded time inside
   slurmctld.
@@ -31,7 +38,10 @@ The grammar, shared with the Lua side (keep them in step):
   ``--name=value`` or ``--name value`` options separated by spaces or tabs;
   a word starting with ``#`` ends the line (a comment).
 - Values are printable ASCII; durations use Slurm's ``--time`` formats
-  (:mod:`slurmpolicy.durations`) and are rounded to whole seconds.
+  (:mod:`slurmpolicy.durations`) and are rounded to whole seconds - except
+  that a checkpoint's ``grace`` and ``interval`` must not be a bare number:
+  ``--time`` counts minutes but ``--signal=SIG@N`` and GraceTime count
+  seconds, so ``grace=60`` is refused with both readings shown.
 
 Every problem is reported as ``line N: <the line>: <problem>; allowed:
 <what is allowed>``; at most :data:`MAX_PROBLEMS` are reported.
@@ -62,6 +72,14 @@ MAX_DIRECTIVE_LINES = 64
 MAX_LINE_BYTES = 1024
 #: Problems reported per script; scanning stops after this many.
 MAX_PROBLEMS = 10
+#: #SPOLICY lines after the first command warned about, per script.
+MAX_LATE_WARNINGS = 3
+#: sbatch's refusal of a DOS script (src/sbatch/sbatch.c), in its own words.
+CRLF_PROBLEM = ("script: Batch script contains DOS line breaks (\\r\\n) instead of expected"
+                " UNIX line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert"
+                " with dos2unix)")
+#: What C's isspace() skips: a line of only these is blank to sbatch.
+BLANKS = " \t\n\v\f\r"
 #: A line or value shown in a message is cut to this many characters.
 SHOW_LINE = 120
 SHOW_VALUE = 64
@@ -239,6 +257,8 @@ class Result:
     directives: tuple[tuple[int, str, str], ...]
     #: Things the offline check could not verify.
     notes: tuple[str, ...] = ()
+    #: Lines the user meant but sbatch never reads (#SPOLICY after the first command).
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -258,6 +278,7 @@ class Result:
             "problems": [{"line": p.line, "message": p.message} for p in self.problems],
             "directives": [{"line": n, "name": k, "value": v} for n, k, v in self.directives],
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -348,6 +369,14 @@ class _Bad(Exception):
         self.suggestion = suggestion
 
 
+def _bare_number(key: str, text: str) -> None:
+    """A checkpoint duration without a unit is refused, showing both readings."""
+    if text.isdigit() and len(text) <= 9:
+        raise _Bad(f"{key}={text} has no unit: {text}s (seconds, as --signal=SIG@{text} and"
+                   f" GraceTime count) or {text}m (minutes, as --time counts)? write"
+                   f" {text}s or {text}m")
+
+
 def _duration_in_range(key: str, text: str) -> int:
     seconds = parse_directive_duration(text)
     if seconds is None:
@@ -418,6 +447,9 @@ class Validator:
         if sig not in SIGNALS:
             raise _Bad(f"unknown signal '{_sanitize(seen['signal'], SHOW_VALUE)}'",
                        suggest(sig, SIGNALS))
+        for key in ("grace", "interval"):
+            if key in seen:
+                _bare_number(key, seen[key])
         grace = (_duration_in_range("grace", seen["grace"]) if "grace" in seen
                  else math.floor(self.settings.preemption.default_grace + 0.5))
         interval = (_duration_in_range("interval", seen["interval"]) if "interval" in seen
@@ -512,13 +544,16 @@ def check_script(script: bytes | str, settings: Settings | None = None,
     fields: dict[str, Any] = {}
     first_line: dict[str, int] = {}
     notes: list[str] = []
+    warnings: list[str] = []
     directive_lines = 0
+    if "\r\n" in text:  # sbatch refuses the script before reading a directive
+        return Result(JobPolicy(), (Problem(None, CRLF_PROBLEM),), ())
 
     def report(lineno: int, line: str, problem: str, allowed: str) -> None:
         problems.append(Problem(lineno, f"line {lineno}: {_sanitize(line, SHOW_LINE)}: "
                                          f"{problem}; allowed: {allowed}"))
 
-    pos, lineno, cut = 0, 0, False
+    pos, lineno, cut, command = 0, 0, False, 0
     while len(problems) < MAX_PROBLEMS:
         if pos >= len(head):
             cut = len(text) > len(head)
@@ -535,15 +570,14 @@ def check_script(script: bytes | str, settings: Settings | None = None,
         line = head[pos:nl]
         pos = nl + 1
         lineno += 1
-        if line.endswith("\r"):
-            line = line[:-1]
         if lineno == 1 and line.startswith("#!"):
             continue
-        stripped = line.lstrip(" \t")
+        stripped = line.lstrip(BLANKS)
         if not stripped:
             continue
         if not stripped.startswith("#"):
-            break  # the first command ends the header
+            command = lineno  # the first command ends the header, as for #SBATCH
+            break
         if _upper(line[:8]) != PREFIX:
             continue
         directive_lines += 1
@@ -620,8 +654,38 @@ def check_script(script: bytes | str, settings: Settings | None = None,
             f"script: the leading comment block is longer than {MAX_HEADER_LINES} lines or "
             f"{MAX_HEADER_BYTES} bytes and #SPOLICY lines follow it; allowed: #SPOLICY lines "
             f"within the first {MAX_HEADER_LINES} lines and {MAX_HEADER_BYTES} bytes")))
+    if command:
+        warnings = _late_directives(text, pos, lineno, command)
     policy = JobPolicy(**fields) if not problems else JobPolicy()
-    return Result(policy, tuple(problems), tuple(directives), tuple(notes))
+    return Result(policy, tuple(problems), tuple(directives), tuple(notes), tuple(warnings))
+
+
+def _late_directives(text: str, pos: int, lineno: int, command: int) -> list[str]:
+    """Warnings for #SPOLICY lines after the first command (sbatch never reads them).
+
+    ``pos`` is where the line after the command starts, ``lineno`` the command's line.
+    Only the :data:`MAX_HEADER_BYTES` after the command are looked at, so a 1 MB body
+    costs the plugin no more than a 64 KiB one."""
+    out: list[str] = []
+    start = counted = pos - 1
+    at = lineno
+    stop = min(len(text), start + MAX_HEADER_BYTES)
+    while len(out) < MAX_LATE_WARNINGS:
+        nl = text.find("\n#", start, stop)
+        if nl < 0:
+            break
+        if _upper(text[nl + 1:nl + 9]) != PREFIX:
+            start = nl + 1
+            continue
+        at += text.count("\n", counted, nl + 1)
+        counted = nl + 1
+        end = text.find("\n", nl + 1)
+        line = text[nl + 1:end if end >= 0 else len(text)]
+        out.append(f"line {at}: {_sanitize(line, SHOW_LINE)}: after the first command (line"
+                   f" {command}), where sbatch stops reading directives; this line is ignored;"
+                   " allowed: #SPOLICY lines before the first command")
+        start = nl + 1
+    return out
 
 
 def _restriction(validator: Validator, name: str, got: Mapping[str, Any], ctx: Context,
@@ -686,11 +750,10 @@ def sbatch_options(script: bytes | str) -> dict[str, str]:
     """``account`` and ``partition`` named by the script's ``#SBATCH`` header lines."""
     text = script.decode("latin-1") if isinstance(script, bytes) else script
     found: dict[str, str] = {}
-    for number, raw in enumerate(text[:MAX_HEADER_BYTES].split("\n")[:MAX_HEADER_LINES], 1):
-        line = raw.rstrip("\r")
+    for number, line in enumerate(text[:MAX_HEADER_BYTES].split("\n")[:MAX_HEADER_LINES], 1):
         if number == 1 and line.startswith("#!"):
             continue
-        stripped = line.lstrip(" \t")
+        stripped = line.lstrip(BLANKS)
         if stripped and not stripped.startswith("#"):
             break
         m = _SBATCH_OPT.match(line)
@@ -698,6 +761,8 @@ def sbatch_options(script: bytes | str) -> dict[str, str]:
             continue
         words = _split_words(m.group(1))
         for i, word in enumerate(words):
+            if word.startswith("#"):
+                break  # sbatch: an unescaped # starts a comment
             nxt = words[i + 1] if i + 1 < len(words) else ""
             for key, long, short in (("account", "--account", "-A"),
                                      ("partition", "--partition", "-p")):
@@ -755,6 +820,7 @@ def lua_config(settings: Settings | None = None) -> dict[str, Any]:
             "header_lines": MAX_HEADER_LINES, "header_bytes": MAX_HEADER_BYTES,
             "directive_lines": MAX_DIRECTIVE_LINES, "line_bytes": MAX_LINE_BYTES,
             "problems": MAX_PROBLEMS, "show_line": SHOW_LINE, "show_value": SHOW_VALUE,
-            "suggest_max_len": SUGGEST_MAX_LEN,
+            "suggest_max_len": SUGGEST_MAX_LEN, "late_warnings": MAX_LATE_WARNINGS,
         },
+        "crlf_problem": CRLF_PROBLEM,
     }

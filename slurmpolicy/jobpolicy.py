@@ -21,6 +21,7 @@ kept free of them so that the core stays small.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 PREFIX = "spolicy:v1"
@@ -230,15 +231,49 @@ def render_admin_comment(policy: JobPolicy) -> str:
 ACK_PREFIX = "ckpt:"
 
 
-def last_checkpoint(comment: str) -> float | None:
-    """Epoch seconds of the job's last acknowledged checkpoint, from its comment."""
+#: How far in the future (beyond the reader's clock) an acknowledgement may be
+#: stamped and still count: the job's node and the head node's clocks differ a
+#: little; more than that is a forged or broken stamp.
+ACK_SKEW = 60.0
+
+
+def read_acks(comment: str, now: float | None = None,
+              skew: float = ACK_SKEW) -> tuple[float | None, tuple[str, ...]]:
+    """The latest valid acknowledgement in ``comment``, and the refused ones.
+
+    A token ``ckpt:<stamp>[:<restart>]`` counts when its stamp is a finite
+    number of epoch seconds, not negative, and (when ``now`` is given) not
+    more than ``skew`` seconds in the future. Every other ``ckpt:`` token is
+    refused, described in inert words (never the token itself: it is the
+    job's text). Never raises, whatever the comment holds.
+    """
     best: float | None = None
+    refused: list[str] = []
     for token in comment.split():
-        if token.startswith(ACK_PREFIX):
-            stamp = token[len(ACK_PREFIX):].split(":", 1)[0]
-            try:
-                value = float(stamp)
-            except ValueError:
-                continue
-            best = value if best is None else max(best, value)
-    return best
+        if not token.startswith(ACK_PREFIX):
+            continue
+        stamp = token[len(ACK_PREFIX):].split(":", 1)[0]
+        try:
+            value = float(stamp)
+        except ValueError:
+            refused.append("malformed (not a number of epoch seconds)")
+            continue
+        if not math.isfinite(value):
+            refused.append("not a finite number")
+            continue
+        if value < 0:
+            refused.append("stamped before 1970")
+            continue
+        if now is not None and value > now + skew:
+            refused.append(f"stamped {value - now:.0f}s in the future (more than the "
+                           f"allowed clock skew of {skew:.0f}s)")
+            continue
+        best = value if best is None else max(best, value)
+    return best, tuple(refused)
+
+
+def last_checkpoint(comment: str, now: float | None = None,
+                    skew: float = ACK_SKEW) -> float | None:
+    """Epoch seconds of the job's last valid checkpoint acknowledgement (see
+    :func:`read_acks`), or None."""
+    return read_acks(comment, now, skew)[0]

@@ -101,7 +101,9 @@ class Job:
     start_time: float | None = None
     end_time: float | None = None
     restart_count: int = 0
-    requeue: bool = False
+    #: Slurm may requeue the job (``--requeue``, or ``JobRequeue=1`` in slurm.conf,
+    #: Slurm's own default); the adapters always read it from Slurm.
+    requeue: bool = True
     features: str = ""
     reservation: str = ""
     #: Allocated nodes, expanded from Slurm's hostlist, for running jobs.

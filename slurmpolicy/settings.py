@@ -82,7 +82,10 @@ class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     #: A large job that waited this long gets a reservation.
     starvation_wait: Seconds = 3600.0
     #: Prefix of reservations slurmpolicy owns; it never touches others.
-    name_prefix: str = "spolicy_"
+    #: Never empty: with the journal's record, it tells our reservations from
+    #: everyone else's (letters, digits, "_", "-" and "."; a letter first).
+    name_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")] = (
+        "spolicy_")
     #: Only update a reservation when its start moved by more than this.
     update_threshold: Seconds = 300.0
     #: At most this many starving jobs get a reservation search per cycle.
@@ -167,6 +170,10 @@ class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Metrics history and finished journal steps older than this are pruned
     #: (the audit is kept).
     keep_history: Seconds = 30 * 86400.0
+    #: One active daemon per cluster: the lease in Slurm (a reservation named
+    #: ``<name_prefix>lease``) is taken over by a standby daemon once its holder
+    #: has not renewed it for this long. 0 turns the lease off.
+    lease_ttl: Seconds = 90.0
 
 
 class Metrics(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -242,7 +249,7 @@ _DURATION_KEYS = {
     ("preemption", "beneficiary_start_timeout"), ("reservations", "default_duration"),
     ("daemon", "interval"), ("daemon", "preemption_poll"), ("daemon", "max_snapshot_age"),
     ("daemon", "max_backoff"),
-    ("daemon", "keep_history"),
+    ("daemon", "keep_history"), ("daemon", "lease_ttl"),
     ("slurm", "command_timeout"),
 }
 

@@ -14,7 +14,12 @@ Owns:
 - reservations slurmpolicy created, site factors it set, decayed GPU-second
   usage per account (fair share), preemption times per job, missed acks;
 - the **audit** of every action with its reason, job, time and outcome;
-- a **metrics history** (one row per figure per cycle).
+- a **metrics history** (one row per figure per cycle);
+- each job's **identity** (table ``job_identity``): the cluster and the
+  time it was first submitted, carried across its requeues (Slurm resets a
+  requeued job's submit time). A job id seen again with another submit
+  time and no further restart is another job: its per-job rows are dropped
+  and its history (``read_audit(job_id=...)``) starts afresh.
 
 :meth:`Journal.load_intents` turns it into the planner's
 :class:`~slurmpolicy.policy.actions.Intents`. The inspector opens it with
@@ -113,6 +118,7 @@ class Journal:
             # on disk before the call, whatever happens.
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
+            self._ensure_identity()
             self._add_columns()
         else:
             version = self.schema_version()
@@ -194,6 +200,66 @@ class Journal:
             db.table("metrics").create_index(["name", "at"], if_not_exists=True)
             db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)},
                               pk="key")
+
+    def _ensure_identity(self) -> None:
+        """Tables added after schema 1 (created when missing; nothing else changes)."""
+        self.db.table("job_identity").create(
+            {"job_id": int, "cluster": str, "since": float, "submit": float, "restarts": int},
+            pk="job_id", if_not_exists=True)
+        self._identities: dict[int, tuple[str, float, float | None, int]] | None = None
+
+    # ------------------------------------------------------------ identities
+    def note_jobs(self, cluster: str, jobs: Iterable[Any], now: float) -> list[int]:
+        """Record who each job id is now; returns the ids that name another job than
+        before (a rebuilt cluster, ids that wrapped), whose old per-job rows go."""
+        if self._identities is None:
+            self._identities = {
+                int(r["job_id"]): (r["cluster"] or "", float(r["since"]), r["submit"],
+                                   int(r["restarts"] or 0))
+                for r in self.db.query("select * from job_identity")}
+        known = self._identities
+        changed: list[dict[str, Any]] = []
+        reused: list[int] = []
+        for job in jobs:
+            submit = job.submit_time
+            old = known.get(job.job_id)
+            if old is not None and old[0] == cluster and (
+                    submit is None or submit == old[2] or job.restart_count > old[3]):
+                if submit != old[2] or job.restart_count != old[3]:
+                    known[job.job_id] = (cluster, old[1], submit, job.restart_count)
+                    changed.append({"job_id": job.job_id, "cluster": cluster, "since": old[1],
+                                    "submit": submit, "restarts": job.restart_count})
+                continue
+            if old is not None:
+                reused.append(job.job_id)
+            since = submit if submit is not None else now
+            known[job.job_id] = (cluster, since, submit, job.restart_count)
+            changed.append({"job_id": job.job_id, "cluster": cluster, "since": since,
+                            "submit": submit, "restarts": job.restart_count})
+        if changed or reused:
+            with self.transaction():
+                if changed:
+                    self.db.table("job_identity").upsert_all(changed, pk="job_id")
+                for job_id in reused:
+                    for table in ("missed_acks", "preemption_times", "site_factors",
+                                  "begin_times"):
+                        self.db.execute(f"delete from {table} where job_id = ?", [job_id])
+        return reused
+
+    def job_since(self, job_id: int) -> float | None:
+        """When the job now known by this id was first submitted (None if never seen)."""
+        if "job_identity" not in self.db.table_names():
+            return None
+        rows = list(self.db.query("select since from job_identity where job_id = ?",
+                                  [int(job_id)]))
+        return float(rows[0]["since"]) if rows else None
+
+    def jobs_since(self) -> dict[int, float]:
+        """job id -> first submit time of the job now known by that id."""
+        if "job_identity" not in self.db.table_names():
+            return {}
+        return {int(r["job_id"]): float(r["since"])
+                for r in self.db.query("select job_id, since from job_identity")}
 
     #: Columns added after schema 1, each with the type it holds. Added in
     #: place (ALTER TABLE ADD COLUMN) so that any schema-1 journal takes them.
@@ -530,20 +596,31 @@ class Journal:
     # ------------------------------------------------------------------ audit
     def audit(self, kind: str, reason: str, outcome: str, *, job_id: int | None = None,
               detail: Mapping[str, Any] | None = None, dry_run: bool = False,
-              at: float | None = None, jobs: Iterable[int] = ()) -> None:
+              at: float | None = None, jobs: Iterable[int] = ()) -> int:
         """Record one action (or observation) with its reason and outcome.
 
         ``jobs`` are further jobs it concerns (a preemption's beneficiary and
         victims), so that ``slurmpolicy log --job N`` finds it.
         """
         concerned = sorted({*(int(j) for j in jobs), *([job_id] if job_id is not None else [])})
-        self.db.table("audit").insert({
+        table = self.db.table("audit")
+        table.insert({
             "at": self.now() if at is None else at, "kind": kind, "job_id": job_id,
             "jobs": "," + ",".join(map(str, concerned)) + "," if concerned else "",
             "reason": reason, "outcome": outcome, "detail": json.dumps(dict(detail or {}),
                                                                        default=str),
             "dry_run": int(dry_run),
         })
+        return int(table.last_pk)  # type: ignore[arg-type]
+
+    def set_audit_outcome(self, record_id: int, outcome: str) -> None:
+        self.db.table("audit").update(record_id, {"outcome": outcome})
+
+    def last_audit(self, kind: str, job_id: int) -> AuditRecord | None:
+        """The newest record of ``kind`` about ``job_id`` (as its main job)."""
+        rows = self._records("select * from audit where kind = ? and job_id = ?"
+                             " order by id desc limit 1", [kind, int(job_id)])
+        return rows[0] if rows else None
 
     def read_audit(self, *, job_id: int | None = None, since: float | None = None,
                    until: float | None = None, limit: int | None = None) -> list[AuditRecord]:
@@ -554,6 +631,13 @@ class Journal:
         if job_id is not None:
             where.append("jobs like ?")
             args.append(f"%,{int(job_id)},%")
+            # Only the history of the job that holds this id now: records from
+            # before its first submission are about another job of that id
+            # (Slurm's submit time is whole seconds, never after the true one).
+            first = self.job_since(job_id)
+            if first is not None:
+                where.append("at >= ?")
+                args.append(first)
         if since is not None:
             where.append("at >= ?")
             args.append(since)
@@ -563,8 +647,11 @@ class Journal:
         sql = "select * from audit" + (" where " + " and ".join(where) if where else "")
         if limit is not None:
             sql = f"select * from ({sql} order by id desc limit {int(limit)})"
+        return self._records(sql + " order by id", args)
+
+    def _records(self, sql: str, args: list[Any]) -> list[AuditRecord]:
         records = []
-        for r in self.db.query(sql + " order by id", args):
+        for r in self.db.query(sql, args):
             detail = json.loads(r["detail"] or "{}")
             records.append(AuditRecord(
                 id=int(r["id"]), at=float(r["at"]), kind=r["kind"], job_id=r["job_id"],
@@ -603,3 +690,7 @@ class Journal:
             self.db.execute("delete from metrics where at < ?", [older_than])
             self.db.execute("delete from steps where status != 'started' and started_at < ?",
                             [older_than])
+            if "job_identity" in self.db.table_names():
+                self.db.execute("delete from job_identity where coalesce(submit, since) < ?",
+                                [older_than])
+                self._identities = None

@@ -9,7 +9,10 @@ Levels: every host has exactly one domain at each level.
 
 - HOST (and GPU): the host itself.
 - NVLINK: the NVLink/NVSwitch domain; for an HGX 8-GPU board that is the host
-  itself, for an NVL72-style rack it spans hosts.
+  itself, for an NVL72-style rack it spans hosts. A host whose GPUs
+  nvidia-smi shows talking over PCIe alone is a domain of its own whose graph
+  node has kind ``pcie``; placement asked for NVLink strictly never gives a
+  host more GPUs than it has NVLinked all to all (see nvsmi.interconnect).
 - LEAF: the InfiniBand switch the host hangs off (a host no source places
   under a leaf is alone in a leaf named after itself; if no host has a leaf,
   all share one leaf called ``flat``: Slurm without a topology plugin treats
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from slurmpolicy.errors import TopologyError
+from slurmpolicy.topology.nvsmi import interconnect, nvlink_clique
 from slurmpolicy.topology.spec import KNOWN_GPU_MEMORY_GB, Conflict, FabricSpec, LinkSpec
 from slurmpolicy.topology.types import Fragmentation, Health, Level, NoPlacement, Placement, Shape
 
@@ -76,14 +80,25 @@ class Fabric:
             known = set(known_nodes)
             unknown = sorted(set(spec.hosts) - known)
             if unknown:
+                # As Slurm does ("Invalid hostnames in switch configuration"): warn and
+                # leave them out; a file naming a retired node must not stop the daemon.
                 from slurmpolicy.hostlist import compress
 
                 where = sorted({o for h in unknown for o in spec.hosts[h].origin.values()
                                 if o.rsplit(":", 1)[-1].isdigit()})[:3]
-                raise TopologyError(
-                    f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known to"
-                    f" Slurm; expected only nodes Slurm knows ({compress(sorted(known))})"
+                self.warnings.append(
+                    f"{', '.join(where) or spec.source}: node(s) {compress(unknown)} not known"
+                    " to Slurm; left out of the fabric, as Slurm leaves them out"
                 )
+                from dataclasses import replace
+
+                gone = set(unknown)
+                spec = replace(spec, hosts={h: hs for h, hs in spec.hosts.items()
+                                            if h in known},
+                               links=[lk for lk in spec.links
+                                      if lk.a.split(":")[0] not in gone
+                                      and lk.b.split(":")[0] not in gone])
+                self.spec = spec
         self.hosts: tuple[str, ...] = tuple(sorted(spec.hosts))
         self._index = {h: i for i, h in enumerate(self.hosts)}
         self._build_levels()
@@ -97,6 +112,11 @@ class Fabric:
         self._gpus: list[int] = []
         self._gpu_type: list[str | None] = []
         self._gpu_mem: list[float | None] = []
+        #: Per host: how its GPUs talk ("nvlink", "partial", "pcie", "" unknown), the
+        #: worst GPU pair's path (NV18 ... PIX ... SYS), and the most GPUs NVLinked all
+        #: to all (only NV# cells of nvidia-smi make NVLink).
+        self._intra: list[tuple[str, str]] = []
+        self._nv_clique: list[int] = []
         names: dict[Level, list[str]] = {lv: [] for lv in HOST_LEVELS}
         no_leaf: list[str] = []
         for h in self.hosts:
@@ -107,6 +127,9 @@ class Fabric:
             if mem is None and hs.gpu_type:
                 mem = KNOWN_GPU_MEMORY_GB.get(hs.gpu_type.lower())
             self._gpu_mem.append(mem)
+            kind, rank = interconnect(hs)
+            self._intra.append((kind, rank))
+            self._nv_clique.append(nvlink_clique(hs) if hs.gpu_links else (hs.gpus or 0))
             leaf = hs.leaf or (h if any_leaf else FLAT_LEAF)
             if any_leaf and not hs.leaf:
                 no_leaf.append(h)
@@ -186,8 +209,12 @@ class Fabric:
             if sw not in spec.parents:
                 g.add_edge(("switch", sw), ("cluster", CLUSTER_NAME), kind="ib",
                            health=Health.OK, bandwidth_gbps=None)
+        pcie_only = {self._dom_names[Level.NVLINK][self._dom[Level.NVLINK][i]]
+                     for i in range(len(self.hosts)) if self._intra[i][0] == "pcie"}
         for name in self._dom_names[Level.NVLINK]:
-            g.add_node(("nvlink", name), kind="nvlink", name=name)
+            # A PCIe-only host is a domain of its own kind: no NVLink in it.
+            g.add_node(("nvlink", name), kind="pcie" if name in pcie_only else "nvlink",
+                       name=name)
         nv_col, leaf_col = self._dom[Level.NVLINK], self._dom[Level.LEAF]
         nv_names, leaf_names = self._dom_names[Level.NVLINK], self._dom_names[Level.LEAF]
         hosts: list[tuple[Any, dict[str, Any]]] = []
@@ -221,6 +248,7 @@ class Fabric:
                 if gid not in g:
                     continue
                 g.nodes[gid]["near_nics"] = gl.near_nics
+                g.nodes[gid]["nic_paths"] = dict(gl.nic_paths)
                 if gl.nvlinks:
                     g.edges[gid, nv]["width"] = max(gl.nvlinks.values())
         self.graph = g
@@ -344,6 +372,14 @@ class Fabric:
     def usable_gpus_of(self, host: str) -> int:
         """GPUs of the host whose NVLink is not down."""
         return self._usable[self._i(host)]
+
+    def interconnect_of(self, host: str) -> tuple[str, str]:
+        """How the host's GPUs talk: ("nvlink" | "partial" | "pcie" | "", worst path)."""
+        return self._intra[self._i(host)]
+
+    def nvlink_gpus_of(self, host: str) -> int:
+        """The most GPUs of the host NVLinked all to all (its GPU count when unknown)."""
+        return self._nv_clique[self._i(host)]
 
     def gpu_type_of(self, host: str) -> str | None:
         return self._gpu_type[self._i(host)]
@@ -499,6 +535,10 @@ class Fabric:
                 "leaf": self._dom_names[Level.LEAF][self._dom[Level.LEAF][i]],
                 "spine": self._dom_names[Level.SPINE][self._dom[Level.SPINE][i]],
                 "health": self.host_health(h).name.lower(),
+                # From nvidia-smi: nvlink | partial | pcie ("" unknown), the worst GPU
+                # pair's path, and how many GPUs are NVLinked all to all.
+                "interconnect": self._intra[i][0], "gpu_path": self._intra[i][1],
+                "nvlink_gpus": self._nv_clique[i],
             } for i, h in enumerate(self.hosts)],
             "switches": {sw: parent for sw, parent in sorted(self.spec.parents.items())},
             "links_not_ok": sorted(down, key=lambda d: (d["a"], d["b"])),

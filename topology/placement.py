@@ -74,6 +74,9 @@ class _Search:
         self.eligible: list[int] = []
         self.unknown_memory = 0
         self.wrong_type = 0
+        #: Hosts left out (strict) or put last (preferred) because fewer than the GPUs
+        #: asked for are NVLinked all to all on them (PCIe hosts, partial meshes).
+        self.no_nvlink = 0
         self.key: dict[int, _HostKey] = {}
         usable, types, mems = fab._usable, fab._gpu_type, fab._gpu_mem
         prefer = shape.prefer
@@ -87,6 +90,7 @@ class _Search:
             get = free.get
             pairs = [(i, f) for i, f in enumerate(get(h, 0) for h in hosts) if f > 0]
         own_free, matching, eligible, key = self.free, self.matching, self.eligible, self.key
+        clique = fab._nv_clique if shape.level == Level.NVLINK else None
         for i, f in pairs:
             if want_type is not None and (types[i] or "").lower() != want_type:
                 self.wrong_type += 1
@@ -104,8 +108,17 @@ class _Search:
             own_free[i] = f
             matching.append(i)
             if f >= need:
+                pref = 0 if prefer and hosts[i] in prefer else 1
+                if clique is not None:
+                    if clique[i] < need:
+                        self.no_nvlink += 1
+                        if shape.strict:
+                            continue
+                        pref = 1  # NVLink asked for as a preference: such hosts come after
+                    elif not prefer:
+                        pref = 0
                 eligible.append(i)
-                key[i] = (degraded_host[i], 0 if prefer and hosts[i] in prefer else 1, f - g, i)
+                key[i] = (degraded_host[i], pref, f - g, i)
         # Mixed-radix place values of a packed grade (see table()): counts stay
         # below b, costs below c, so sums of grades never carry between parts.
         b = len(eligible) + 1
@@ -512,6 +525,10 @@ class _Search:
                          " does not know (set gpu_memory_gb in the fabric file)")
         if dropped:
             notes.append(f"{_plural(dropped, 'host')} left out for down links")
+        if self.no_nvlink and self.shape.strict:
+            notes.append(f"{_plural(self.no_nvlink, 'host')} with free GPUs but fewer than"
+                         f" {max(self.shape.gpus_per_node, 1)} NVLinked to each other (PCIe"
+                         " hosts or partial NVLink meshes)")
         return f" (not counted: {'; '.join(notes)})" if notes else ""
 
     def too_few(self) -> NoPlacement:

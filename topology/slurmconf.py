@@ -46,6 +46,22 @@ def parse_gres_gpus(gres: str) -> dict[str, int]:
     return out
 
 
+def topology_plugin_note(plugin: str, form: str, path: str) -> str | None:
+    """What Slurm does with a topology.conf of ``form`` under ``TopologyPlugin=plugin``,
+    when that is not what slurmpolicy reads from it (None when they agree)."""
+    wants = {"topology/tree": "tree", "topology/block": "block", "topology/ring": "ring"}
+    if form not in ("tree", "block", "ring"):
+        return None  # topology.yaml names its plugin per topology
+    if plugin in ("", "topology/none", "topology/flat", "topology/default"):
+        return (f"{path}: slurm.conf sets no TopologyPlugin ({plugin or 'unset'}): Slurm ignores"
+                f" this {form} topology.conf and places jobs as on a flat network;"
+                " slurmpolicy still reads it")
+    if plugin in wants and wants[plugin] != form:
+        return (f"{path}: is in {form} form but slurm.conf has TopologyPlugin={plugin}, whose"
+                f" file is in {wants[plugin]} form: slurmctld refuses to start with it")
+    return None
+
+
 def read_slurm_conf_nodes(path: Path | str) -> tuple[list[Node], str]:
     """Nodes of slurm.conf and the TopologyPlugin value ("" when unset)."""
     p = Path(path)

@@ -15,7 +15,8 @@ conflict, never dropped):
 5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
 
 With no nodes given (Slurm not answering), the nodes of slurm.conf are used.
-A host named by a source but unknown to Slurm is an error.
+A host named by a source but unknown to Slurm is left out with a warning, as
+Slurm leaves it out ("Invalid hostnames in switch configuration").
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from slurmpolicy.topology.fabric import Fabric
 from slurmpolicy.topology.fabricfile import read_fabric_file
 from slurmpolicy.topology.features import spec_from_features, spec_from_nodes
 from slurmpolicy.topology.nvsmi import read_topo_files
-from slurmpolicy.topology.slurmconf import active_slurm_conf, read_slurm_conf_nodes
+from slurmpolicy.topology.slurmconf import (
+    active_slurm_conf,
+    read_slurm_conf_nodes,
+    topology_plugin_note,
+)
 from slurmpolicy.topology.spec import FabricSpec, merge
 from slurmpolicy.topology.topoconf import read_topology_conf
 
@@ -63,9 +68,15 @@ def load_fabric(
     conf = active_slurm_conf(slurm_conf)
     node_list = list(nodes)
     node_source = "slurm"
+    plugin: str | None = None
     if not node_list and conf.exists():
-        node_list, _plugin = read_slurm_conf_nodes(conf)
+        node_list, plugin = read_slurm_conf_nodes(conf)
         node_source = str(conf)
+    elif conf.exists():
+        try:  # only for what Slurm does with topology.conf; Slurm gave the nodes
+            plugin = read_slurm_conf_nodes(conf)[1]
+        except TopologyError:
+            plugin = None
     specs: list[FabricSpec] = []
     if node_list:
         specs.append(spec_from_nodes(node_list, source=node_source))
@@ -73,15 +84,22 @@ def load_fabric(
     if ff:
         specs.append(read_fabric_file(ff))
     tc = topology_conf or cfg.topology_conf
+    topo: FabricSpec | None = None
     if tc:
-        specs.append(_read_topology(Path(tc)))
+        topo = _read_topology(Path(tc))
     else:
         # As Slurm does: topology.yaml, when present, replaces topology.conf.
         for name in ("topology.yaml", "topology.conf"):
             beside = conf.parent / name
             if beside.exists():
-                specs.append(_read_topology(beside))
+                topo = _read_topology(beside)
                 break
+    if topo is not None:
+        if plugin is not None:
+            note = topology_plugin_note(plugin, topo.form, topo.source)
+            if note:
+                topo.warnings.append(note)
+        specs.append(topo)
     pattern = nvidia_smi_topo if nvidia_smi_topo is not None else cfg.nvidia_smi_topo
     if pattern:
         paths = [Path(p) for p in sorted(glob.glob(pattern))]

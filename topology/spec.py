@@ -60,6 +60,11 @@ class GpuLink:
     near_nics: tuple[str, ...] = ()
     cpu_affinity: str = ""
     numa_affinity: str = ""
+    #: The PCIe path code (PIX, PXB, PHB, NODE, SYS) to each peer GPU index that is not
+    #: NVLinked to this one.
+    pcie: dict[int, str] = field(default_factory=dict)
+    #: Every NIC column with its path code to this GPU (NIC name -> PIX ... SYS).
+    nic_paths: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -119,6 +124,21 @@ class FabricSpec:
     warnings: list[str] = field(default_factory=list)
     #: Names of the sources merged into this spec, highest precedence first.
     sources: tuple[str, ...] = ()
+    #: The topology.conf form read ("tree", "block" or "ring"; "" for other sources), so
+    #: that rendering gives back the form a site wrote.
+    form: str = ""
+    #: Block form: every BlockName in file order with its nodes; padding blocks (no
+    #: Nodes=, as NVIDIA's topograph writes them) have none.
+    block_order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    #: Tree form: switches with neither Nodes= nor Switches= (Slurm's empty leaves).
+    empty_switches: list[str] = field(default_factory=list)
+    #: Tree form: (switch, parent) links beyond the first parent of a switch (a fat tree
+    #: written with every spine); the fabric uses the first, rendering writes them all.
+    more_parents: list[tuple[str, str]] = field(default_factory=list)
+    #: Ring form (RingName=): each ring's nodes in file order.
+    rings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: topology.yaml: (name, kind, cluster_default) of every topology, in file order.
+    topologies: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def host(self, name: str) -> HostSpec:
         spec = self.hosts.get(name)
@@ -188,6 +208,13 @@ def merge(specs: Iterable[FabricSpec]) -> FabricSpec:
         out.conflicts.extend(spec.conflicts)
         if spec.block_sizes and not out.block_sizes:
             out.block_sizes = spec.block_sizes
+        if spec.form and not out.form:
+            out.form = spec.form
+            out.block_order = list(spec.block_order)
+            out.empty_switches = list(spec.empty_switches)
+            out.more_parents = list(spec.more_parents)
+            out.rings = dict(spec.rings)
+        out.topologies.extend(spec.topologies)
         for higher in ordered[:i]:
             for attr, level in _GROUP_FIELDS:
                 out.conflicts.extend(_grouping_conflicts(higher, spec, attr, level))

@@ -6,11 +6,16 @@ of ``tree: {switches: [{switch, children, nodes}]}``, ``block: {block_sizes,
 blocks: [{block, nodes}]}`` or ``flat: true``. Slurm reads topology.yaml
 instead of topology.conf when both exist; so do we.
 
-Of several topologies, the fabric takes its leaves and spines from the tree
-marked ``cluster_default`` (else the first tree) and its NVLink domains from
-the block topology marked ``cluster_default`` (else the first block one).
-Needs PyYAML (the ``yaml`` extra); errors name the file, the line and what was
-expected.
+Several topologies (Slurm 25.05+ gives each partition its own, NVIDIA's
+topograph writes one per partition, often with a ``flat`` cluster default):
+every tree topology is read, the ``cluster_default`` one first, then in file
+order, and a host takes its leaf from the first tree that names it (so a
+partition's tree fills in hosts the default leaves out); a switch takes its
+parent the same way. NVLink domains come from the block topologies likewise.
+Trees that place one host under different leaves are a warning naming both.
+Skeletons (switches and blocks without nodes, as topograph writes them before
+nodes register) are accepted as Slurm accepts them. Needs PyYAML (the
+``yaml`` extra); errors name the file, the line and what was expected.
 """
 
 from __future__ import annotations
@@ -95,21 +100,23 @@ def parse_topology_yaml(text: str, path: str = "topology.yaml") -> FabricSpec:
             trees.append((default, item))
         elif kinds[0] == "block":
             blocks.append((default, item))
-    spec = FabricSpec(source=path)
-    tree = _pick(trees)
-    if tree is not None:
-        _merge_into(spec, parse_topology_conf(_tree_lines(tree, path), path))
-    block = _pick(blocks)
-    if block is not None:
-        _merge_into(spec, parse_topology_conf(_block_lines(block, path), path))
+    spec = FabricSpec(source=path, form="yaml",
+                      topologies=[(str(item["topology"]), kind, bool(item.get("cluster_default")))
+                                  for item, kind in _kinds(data)])
+    for kind, items, lines in (("tree", trees, _tree_lines), ("block", blocks, _block_lines)):
+        for _default, item in _ordered(items):
+            part = parse_topology_conf(lines(item, path), path)
+            _merge_into(spec, part, str(item["topology"]), kind)
     return spec
 
 
-def _pick(items: list[tuple[bool, dict[str, Any]]]) -> dict[str, Any] | None:
-    for default, item in items:
-        if default:
-            return item
-    return items[0][1] if items else None
+def _kinds(data: list[Any]) -> list[tuple[dict[str, Any], str]]:
+    return [(item, next(k for k in ("tree", "block", "flat") if k in item)) for item in data]
+
+
+def _ordered(items: list[tuple[bool, dict[str, Any]]]) -> list[tuple[bool, dict[str, Any]]]:
+    """The cluster_default topology first, then the others in file order."""
+    return sorted(items, key=lambda pair: not pair[0])
 
 
 def _pad(lines: dict[int, str]) -> str:
@@ -138,9 +145,9 @@ def _tree_lines(item: dict[str, Any], path: str) -> str:
                 f"{path}:{line}: unknown key {extra[0]!r}; expected switch, children, nodes"
             )
         parts = [f"SwitchName={sw['switch']}"]
-        if sw.get("nodes"):
+        if sw.get("nodes") not in (None, ""):
             parts.append(f"Nodes={sw['nodes']}")
-        if sw.get("children"):
+        if sw.get("children") not in (None, ""):
             parts.append(f"Switches={sw['children']}")
         lines[line] = " ".join(parts)
     return _pad(lines)
@@ -153,14 +160,23 @@ def _block_lines(item: dict[str, Any], path: str) -> str:
         raise TopologyError(f"{path}:{item['__line__']}: block needs a list of blocks")
     lines: dict[int, str] = {}
     for b in entries:
-        if not isinstance(b, dict) or "block" not in b or "nodes" not in b:
+        if not isinstance(b, dict) or "block" not in b:
             raise TopologyError(
-                f"{path}:{item['__line__']}: each block needs block: NAME and nodes: HOSTLIST"
+                f"{path}:{item['__line__']}: each block needs block: NAME (and nodes: HOSTLIST)"
             )
-        lines[b["__line__"]] = f"BlockName={b['block']} Nodes={b['nodes']}"
+        extra = sorted(set(b) - {"__line__", "block", "nodes"})
+        if extra:
+            raise TopologyError(
+                f"{path}:{b['__line__']}: unknown key {extra[0]!r}; expected block, nodes"
+            )
+        # A block without nodes is a padding block (topograph's skeletons), as in the conf.
+        nodes = b.get("nodes")
+        lines[b["__line__"]] = (f"BlockName={b['block']}" if nodes in (None, "")
+                                else f"BlockName={b['block']} Nodes={nodes}")
     sizes = block.get("block_sizes")
     if sizes:
-        if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):
+        if not isinstance(sizes, list) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in sizes):
             raise TopologyError(
                 f"{path}:{item['__line__']}: block_sizes must be a list of numbers"
             )
@@ -168,19 +184,49 @@ def _block_lines(item: dict[str, Any], path: str) -> str:
     return _pad(lines)
 
 
-def _merge_into(spec: FabricSpec, part: FabricSpec) -> None:
-    for name, host in part.hosts.items():
-        mine = spec.host(name)
-        if host.leaf is not None:
-            mine.leaf = host.leaf
-            mine.origin["leaf"] = host.origin.get("leaf", spec.source)
-        if host.nvlink is not None:
-            mine.nvlink = host.nvlink
-            mine.origin["nvlink"] = host.origin.get("nvlink", spec.source)
-    spec.parents.update(part.parents)
+def _merge_into(spec: FabricSpec, part: FabricSpec, name: str, kind: str) -> None:
+    """Add one topology's hosts: the first topology (default first) that places a host wins.
+
+    Block names are per topology (topograph calls every partition's first block
+    ``block1``), so a block name an earlier topology used is qualified as
+    ``TOPOLOGY.BLOCK``; switch names name physical switches and are shared."""
+    if kind == "block":
+        used = {b for b, _nodes in spec.block_order}
+        rename = {b: (f"{name}.{b}" if b in used else b) for b, _nodes in part.block_order}
+        for host in part.hosts.values():
+            if host.nvlink is not None:
+                host.nvlink = rename.get(host.nvlink, host.nvlink)
+        spec.block_order.extend((rename[b], nodes) for b, nodes in part.block_order)
+        spec.block_sizes = spec.block_sizes or part.block_sizes
+    clashes: list[str] = []
+    for host_name, host in part.hosts.items():
+        mine = spec.host(host_name)
+        for attr in ("leaf", "nvlink"):
+            theirs = getattr(host, attr)
+            if theirs is None:
+                continue
+            ours = getattr(mine, attr)
+            if ours is None:
+                setattr(mine, attr, theirs)
+                mine.origin[attr] = host.origin.get(attr, spec.source)
+            elif ours != theirs:
+                clashes.append(f"{host_name} ({ours} in {mine.origin.get(attr, '?')}, {theirs}"
+                               f" in topology {name})")
+    if clashes:
+        spec.warnings.append(
+            f"{spec.source}: topology {name} places host(s) differently from an earlier"
+            f" topology: {'; '.join(clashes[:4])}{' ...' if len(clashes) > 4 else ''};"
+            " the cluster_default (else first) topology counts"
+        )
+    for child, parent in part.parents.items():
+        spec.parents.setdefault(child, parent)
+    spec.more_parents.extend(part.more_parents)
+    for switch, speed in part.link_speed.items():
+        spec.link_speed.setdefault(switch, speed)
     spec.warnings.extend(part.warnings)
-    if part.block_sizes:
-        spec.block_sizes = part.block_sizes
+    for switch in part.empty_switches:
+        if switch not in spec.empty_switches:
+            spec.empty_switches.append(switch)
 
 
 def read_topology_yaml(path: Path | str) -> FabricSpec:

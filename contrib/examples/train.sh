@@ -12,7 +12,7 @@
 #SBATCH --requeue
 #SBATCH --open-mode=append
 #SPOLICY --class=research
-#SPOLICY --checkpoint=signal:USR1,grace=60
+#SPOLICY --checkpoint=signal:USR1,grace=60s
 
 # Knobs (environment): where to keep the checkpoint, how long to "train".
 CKPT_DIR=${CKPT_DIR:-$PWD}

@@ -6,7 +6,7 @@ present), so that it can be tried anywhere.
     #!/bin/bash
     #SBATCH --gres=gpu:8 --requeue
     #SPOLICY --class=research
-    #SPOLICY --checkpoint=signal:USR1,grace=120,interval=1800
+    #SPOLICY --checkpoint=signal:USR1,grace=120s,interval=30m
     srun python3 contrib/examples/train_pytorch.py --ckpt /shared/ckpt/run1.pt
 
 On USR1, :func:`slurmpolicy.job.install` calls ``save()`` and then

@@ -126,14 +126,17 @@ def status(ctx: click.Context, state_dir: str | None, as_json: bool) -> int:
              "victims": [{"job_id": v["job_id"], "restart_count": v["restart_count"],
                           "state": v["state"]} for v in journal.victims_of(p["preemption_id"])]}
         for p in open_]
+    lease = journal.get_meta("lease_status") or ""
     data = {"state_dir": str(directory), "running_pid": running, "last_cycle_at": last,
-            "open_preemptions": in_flight}
+            "lease": lease, "open_preemptions": in_flight}
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         who = f"running (pid {running})" if running else "not running"
         click.echo(f"daemon    {who} on {directory}")
         click.echo(f"last cycle {_fmt(last) + ' UTC' if last else 'never'}")
+        if lease:
+            click.echo(f"lease     {lease}")
         if not open_:
             click.echo("preemptions in flight: none")
         for p in in_flight:

@@ -65,6 +65,9 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
         return
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
+    for warning in result.warnings:
+        # sbatch would never see these lines; the job_submit plugin says the same at submit.
+        click.echo(f"{script}: warning: {warning}", err=True)
     if not result.ok:
         # One line per problem, compiler style, in the plugin's own words.
         for problem in result.problems:

@@ -23,7 +23,7 @@ from slurmpolicy.errors import SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import Node
 from slurmpolicy.topology import Fabric
-from slurmpolicy.topology.render import render
+from slurmpolicy.topology.render import render, source_form
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Shape
 
 
@@ -214,15 +214,26 @@ def check(loaded: _Loaded, as_json: bool) -> None:
     counts = {lv.name.lower(): len(fab.domains(lv))
               for lv in (Level.NVLINK, Level.LEAF, Level.SPINE)}
     status = "conflicts" if fab.conflicts else "ok"
+    # How hosts' GPUs talk, where nvidia-smi said (only NV# links make NVLink).
+    kinds: dict[str, list[str]] = {}
+    for host in fab.hosts:
+        kind = fab.interconnect_of(host)[0]
+        if kind:
+            kinds.setdefault(kind, []).append(host)
     if as_json:
         _dump({"status": status, "source": fab.source, "hosts": len(fab.hosts),
                "gpus": fab.total_gpus, "domains": counts,
+               "interconnect": {k: compress(v) for k, v in sorted(kinds.items())},
                "conflicts": [c.message for c in fab.conflicts], "warnings": fab.warnings})
     else:
         click.echo(f"sources: {fab.source}")
         click.echo(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
                    + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
                                for k, v in counts.items()))
+        words = {"nvlink": "GPUs NVLinked all to all", "partial": "GPUs partly NVLinked",
+                 "pcie": "PCIe only, no NVLink"}
+        for kind, hosts in sorted(kinds.items()):
+            click.echo(f"{compress(hosts)}: {words[kind]}")
         for warning in fab.warnings:
             click.echo(f"warning: {warning}")
         for conflict in fab.conflicts:
@@ -234,15 +245,16 @@ def check(loaded: _Loaded, as_json: bool) -> None:
 
 # -------------------------------------------------------------------- render
 @fabric.command("render")
-@click.option("--form", type=click.Choice(["tree", "block", "yaml"]), default="tree",
-              show_default=True,
-              help="topology.conf tree (IB switches) or block (NVLink domains), or"
-                   " topology.yaml (Slurm 25.05+) with both.")
+@click.option("--form", type=click.Choice(["tree", "block", "ring", "yaml"]), default=None,
+              help="topology.conf tree (IB switches), block (NVLink domains) or ring"
+                   " (Slurm 26.05), or topology.yaml (Slurm 25.05+) with tree and block."
+                   "  [default: the form the topology source was written in]")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write to this file instead of standard output.")
 @_with_sources
-def render_cmd(loaded: _Loaded, as_json: bool, form: str, output: str | None) -> None:
+def render_cmd(loaded: _Loaded, as_json: bool, form: str | None, output: str | None) -> None:
     """Print Slurm's topology.conf for this fabric, so Slurm places jobs as we do."""
+    form = form or source_form(loaded.fabric)
     text = render(loaded.fabric, form)
     if output:
         Path(output).write_text(text, encoding="utf-8")

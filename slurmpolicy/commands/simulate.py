@@ -56,6 +56,9 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
                    "spec like 'jobs=2000,interarrival=120' (optional).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "philly", "sacct", "synthetic"]),
               default="auto", show_default=True, help="Trace format.")
+@click.option("--sacct-columns", "sacct_columns", metavar="FORMAT",
+              help="For a sacct dump made with --noheader: the --format it was made with "
+                   "(e.g. State,JobID,Submit,Elapsed,AllocTRES).")
 @click.option("--fabric", "fabric_file", type=click.Path(exists=True, dir_okay=False),
               help="Fabric file (TOML); else a generated tree from the numbers below.")
 @click.option("--hosts", type=int, default=128, show_default=True)
@@ -83,7 +86,8 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
               help="slurmpolicy mode: plan at least this often (seconds) when something "
                    "changed; production arrivals and open preemptions are planned every cycle.")
 @click.pass_context
-def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | None, hosts: int,
+def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str | None,
+             fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, seed: int, as_json: bool,
              plot_dir: str | None, limit: int | None, load_scale: float,
@@ -92,7 +96,7 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     from rich.console import Console
 
     from slurmpolicy.sim import SlurmModel, TraceRules, metrics
-    from slurmpolicy.sim.trace import load_trace
+    from slurmpolicy.sim.trace import SacctReport, load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
     if fmt != "synthetic" and not trace_path:
@@ -102,9 +106,14 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, fabric_file: str | N
     rules = TraceRules(seed=seed, load_scale=load_scale, gpus_per_host=max(table.gpus),
                        production_fraction=production_fraction,
                        classes=tuple(settings.classes), default_class=settings.default_class)
-    trace = load_trace(trace_path, fmt, rules, limit)
+    report = SacctReport()
+    trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
+    if report.rows:
+        # What the dump held and what was left out, and why (stderr: --json stays clean).
+        click.echo(report.summary(), err=True)
     if not trace:
-        raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay")
+        why = f" ({report.summary()})" if report.rows else ""
+        raise ConfigError(f"{trace_path or 'the synthetic spec'}: no jobs to replay{why}")
     too_big = [j for j in trace if j.gpus > table.total_gpus]
     if too_big:
         raise ConfigError(f"{len(too_big)} job(s) ask for more GPUs than the cluster has "

@@ -39,8 +39,16 @@ OVERDUE_GRACE = 60.0
 
 
 def reservation_names(prefix: str, job_id: int) -> tuple[str, str]:
-    """Names of our starvation and preemption reservations for a job."""
+    """Names of our starvation reservation for a job, and the stem of its
+    preemption reservations (see :func:`preemption_reservation_name`)."""
     return f"{prefix}job_{job_id}", f"{prefix}pre_{job_id}"
+
+
+def preemption_reservation_name(prefix: str, job_id: int, now: float) -> str:
+    """The reservation of one preemption: unique per preemption (a name is never
+    reused after an abort), and named on the beneficiary itself, which is the
+    only job that uses it (it is not MAGNETIC)."""
+    return f"{reservation_names(prefix, job_id)[1]}_{int(now)}"
 
 
 def job_gpus_per_node(job: Job) -> int:
@@ -127,11 +135,14 @@ class Context:
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
         #: reservations.forecast answers, by shape, partition, own reservations, blocked hosts.
         self.forecasts: dict[tuple[Any, ...], Any] = {}
-        #: Jobs that have one of our reservations active now.
+        #: Jobs that have one of our (MAGNETIC) starvation reservations active now.
+        #: A preemption's reservation is the beneficiary's through its own
+        #: ``reservation`` field (the executor names it there).
         self._jobs_with_our_active_res: set[int] = set()
+        starvation = f"{self.prefix}job_"
         for res in snapshot.reservations:
-            if res.name.startswith(self.prefix) and res.is_active(now):
-                tail = res.name[len(self.prefix):].partition("_")[2]
+            if self.prefix and res.name.startswith(starvation) and res.is_active(now):
+                tail = res.name[len(starvation):]
                 if tail.isdigit():
                     self._jobs_with_our_active_res.add(int(tail))
 
@@ -242,7 +253,9 @@ class Context:
         return list(hit)
 
     def own_reservations(self, job: Job) -> set[str]:
-        names = set(reservation_names(self.prefix, job.job_id))
+        """Reservations whose hosts the job may use: our starvation reservation
+        for it, and the one it names (a preemption's, or one it asked for)."""
+        names = {reservation_names(self.prefix, job.job_id)[0]}
         if job.reservation:
             names.add(job.reservation)
         return names

@@ -165,6 +165,20 @@ def _estimate(ctx: Context, job: Job, kind: str) -> tuple[float | None, str]:
         return ctx.now, "resources are free now"
     p = ctx.preemption_of_beneficiary.get(job.job_id)
     if p is not None:
+        # Promise only what the held nodes can give: they must be held for
+        # this job alone (the reservation named on it), and hold nothing but
+        # the victims, who leave by their deadlines.
+        if job.reservation != p.reservation or \
+                ctx.snapshot.reservation(p.reservation) is None:
+            return None, (f"no start promised: reservation {p.reservation} is not (yet) "
+                          "in place for it alone")
+        victims = {v.job_id for v in p.victims}
+        held = set(p.nodes)
+        other = sorted({j.job_id for j in ctx.running
+                        if j.job_id not in victims and held & set(j.nodes)})
+        if other:
+            return None, (f"no start promised: job(s) {', '.join(map(str, other[:6]))} "
+                          f"run on the held nodes {compress(p.nodes)}")
         deadlines = [v.deadline for v in p.victims if v.deadline is not None]
         grace = ctx.settings.preemption.default_grace
         end = max(deadlines) if deadlines else ctx.now + grace
@@ -285,7 +299,7 @@ def _explain_running(ctx: Context, job: Job, base: dict[str, object],
         placement += f"; communication cost {ctx.fabric.cost(hosts):.1f}"
     elif hosts:
         placement += f" (leaf {ctx.domain_of(hosts[0], Level.LEAF)})"
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, ctx.now)
     why = preemption.why_not_victim(ctx, job, None)
     in_flight = next((p for p in ctx.open_preemptions
                       if any(v.job_id == job.job_id for v in p.victims)), None)

@@ -52,7 +52,12 @@ from slurmpolicy.policy.actions import (
     VictimState,
 )
 from slurmpolicy.policy.classes import lowest_preemptible_rank
-from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node, reservation_names
+from slurmpolicy.policy.context import (
+    Context,
+    job_gpus,
+    job_gpus_per_node,
+    preemption_reservation_name,
+)
 from slurmpolicy.policy.priority import PriorityResult
 from slurmpolicy.policy.reservations import forecast
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
@@ -69,7 +74,7 @@ def checkpoint_age_basis(job: Job, interval: float | None, now: float) -> float:
     its last reported one in this run (``ckpt:`` in its comment), else the last
     multiple of its declared interval since it started, else its start."""
     start = job.start_time if job.start_time is not None else now
-    ckpt = last_checkpoint(job.comment)
+    ckpt = last_checkpoint(job.comment, now)
     if ckpt is not None and ckpt >= start:
         return ckpt
     if interval:
@@ -125,6 +130,10 @@ def _why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> 
     policy = ctx.policy(victim)
     if not policy.preemptible:
         return "it asked --preemptible=no"
+    if not victim.requeue:
+        # Preemption ends in a requeue; Slurm refuses it for such a job, so it
+        # would hold its nodes forever (--no-requeue, Requeue=0, JobRequeue=0).
+        return "Slurm may not requeue it (--no-requeue, Requeue=0 or JobRequeue=0)"
     ran = ctx.now - (victim.start_time if victim.start_time is not None else ctx.now)
     if ran < policy.preemptible_after:
         return (f"it is inside its --preemptible=after window ({humanize(ran)} run of "
@@ -331,6 +340,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             continue
         if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
             continue
+        if job.reservation:
+            continue  # it runs only inside the reservation it asked for
         if ctx.policy(job).defer_window and job.begin_time and job.begin_time > ctx.now:
             continue
         candidates.append(job)
@@ -395,7 +406,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             victims=tuple(v.job_id for v in victims),
             restart_counts=tuple(v.restart_count for v in victims),
             nodes=hosts,
-            reservation=reservation_names(ctx.prefix, job.job_id)[1],
+            reservation=preemption_reservation_name(ctx.prefix, job.job_id, ctx.now),
             expected_lost_gpu_seconds=lost,
             start_time=ctx.now, duration=duration,
             user=job.user, account=job.account, partition=ctx.partitions_of(job)[0],
@@ -541,6 +552,18 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
         return _abort(p, f"beneficiary {p.beneficiary} started; the remaining victims keep running")
     if beneficiary.is_held:
         return _abort(p, f"beneficiary {p.beneficiary} is held")
+    if max(1, beneficiary.node_count) > len(p.nodes):
+        return _abort(p, f"beneficiary {p.beneficiary} was resized: it asks for "
+                         f"{beneficiary.node_count} node(s), {len(p.nodes)} are held for it")
+    if beneficiary.reservation and beneficiary.reservation != p.reservation:
+        # Someone moved it to another reservation: the held nodes are no use to it.
+        return _abort(p, f"beneficiary {p.beneficiary} now asks for reservation "
+                         f"{beneficiary.reservation}, not {p.reservation}")
+    intruder = next((j for j in ctx.running if j.reservation == p.reservation
+                     and j.job_id != p.beneficiary), None)
+    if intruder is not None:
+        return _abort(p, f"job {intruder.job_id}, not the beneficiary, runs in reservation "
+                         f"{p.reservation}")
     if not progressed and ctx.fits_now(beneficiary):
         return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
     if all(settled):
@@ -556,8 +579,12 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
         if v.state is VictimState.PLANNED:
             actions.append(first_step(ctx, p.preemption_id, p.beneficiary, job, v.restart_count))
             continue
+        if not job.requeue:
+            # Changed after it was chosen (scontrol update requeue=0): Slurm
+            # would refuse the requeue every cycle.
+            return _abort(p, f"victim {v.job_id} may no longer be requeued (Requeue=0)")
         if v.state is VictimState.SIGNALLED:
-            ack = last_checkpoint(job.comment)
+            ack = last_checkpoint(job.comment, ctx.now)
             if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
                 actions.append(Requeue(
                     preemption_id=p.preemption_id, job_id=v.job_id,

@@ -14,8 +14,9 @@ earliest moment a compact node set (the fabric's ``place`` with the job's
 reservation covers those nodes from then for the job's time limit. Slurm's
 backfill still lets short jobs use the nodes until it starts.
 
-Names start with ``reservations.name_prefix``; reservations that do not are
-never touched.
+Names start with ``reservations.name_prefix`` (never empty); only the
+reservations the daemon's journal records as its own are moved or deleted,
+whatever else carries the prefix.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from slurmpolicy.policy.actions import (
 from slurmpolicy.policy.context import Context, job_gpus, reservation_names
 from slurmpolicy.policy.priority import PriorityResult
 from slurmpolicy.topology.types import Level, NoPlacement, Shape
+
+#: Slurm plans a job without a time limit one year ahead; a reservation that
+#: starts later than this blocks nothing now.
+FAR_AHEAD = 366 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,19 +225,16 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
             actions.append(DeleteReservation(name=intent.name, job_id=job_id,
                                              reason=f"reservation {intent.name} deleted: {why}"))
             del ours[job_id]
-    # Our reservations Slurm holds that no intent knows (e.g. a journal lost).
-    known = {i.name for i in ctx.intents.reservations} | {
-        p.reservation for p in ctx.open_preemptions}
-    for res in sorted(ctx.snapshot.reservations, key=lambda r: r.name):
-        if not res.name.startswith(ctx.prefix) or res.name in known:
-            continue
-        actions.append(DeleteReservation(
-            name=res.name, reason=f"reservation {res.name} is ours but no longer tracked"))
+    # A reservation that carries our prefix but that no intent knows is left
+    # alone: the name alone does not make it ours (an admin may use the same
+    # prefix), and ours all end by themselves (their duration is bounded).
     # Hosts held by other reservations (ours for other jobs, and foreign ones).
     held_by: dict[str, set[str]] = {}
     for res in ctx.snapshot.reservations:
         if res.end_time is not None and res.end_time <= ctx.now:
             continue
+        if res.start_time is not None and res.start_time > ctx.now + FAR_AHEAD:
+            continue  # e.g. the daemons' lease: it blocks nothing Slurm plans now
         for h in res.nodes:
             held_by.setdefault(h, set()).add(res.name)
     for intent in ours.values():

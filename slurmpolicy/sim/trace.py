@@ -33,7 +33,7 @@ import math
 import random
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -193,18 +193,60 @@ def _open(source: str | Path | io.TextIOBase) -> tuple[str, io.TextIOBase]:
         return "<trace>", source
     path = Path(source)
     try:
-        return str(path), open(path, encoding="utf-8", newline="")
+        # Undecodable bytes (a job name in Latin-1) must not end the read.
+        return str(path), open(path, encoding="utf-8", errors="replace", newline="")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from exc
 
 
-# --- sacct --parsable2 -------------------------------------------------------------
+# --- sacct --parsable2 / --json ---------------------------------------------------
 
 #: What ``sacct`` prints without --format (sacct(1)).
 SACCT_DEFAULT_COLUMNS = ("JobID", "JobName", "Partition", "Account", "AllocCPUS", "State",
                          "ExitCode")
 _GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 _NODE_TRES = re.compile(r"(?:^|,)node=(\d+)")
+_HEADER = re.compile(r"([A-Za-z]+)([^A-Za-z\n]+)[A-Za-z]")
+#: States of a job that has not ended: its run time is not known yet.
+_UNFINISHED = ("RUNNING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
+               "REQUEUE_FED", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+_FORMAT_HINT = (" use `sacct --parsable2 --allusers --format=ALL` or --format=JobID,Submit,"
+                "Start,End,Elapsed,Timelimit,AllocTRES,NNodes,Account,User,Partition,QOS,"
+                "AdminComment")
+
+
+@dataclass(slots=True)
+class SacctReport:
+    """What a sacct dump held: jobs read, and every job or row left out with why.
+
+    A row that cannot be read (a field holding the delimiter, a multi-line field
+    that does not close) is skipped and counted with its line number and reason,
+    never shifted into the next column."""
+
+    source: str = ""
+    rows: int = 0
+    steps: int = 0
+    read: int = 0
+    #: reason -> (count, up to five "line N: detail" examples)
+    skipped: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+    def skip(self, reason: str, line: int | str, detail: str = "") -> None:
+        count, examples = self.skipped.get(reason, (0, []))
+        if len(examples) < 5:
+            where = f"line {line}" if str(line).isdigit() else str(line)
+            examples.append(where + (f": {detail}" if detail else ""))
+        self.skipped[reason] = (count + 1, examples)
+
+    def summary(self) -> str:
+        """One paragraph: how many jobs were read, how many skipped and why."""
+        text = (f"{self.source}: {self.read} job(s) read of {self.rows} row(s)"
+                f" ({self.steps} job step(s) are not jobs)")
+        if self.skipped:
+            parts = [f"{count} {reason} (e.g. {examples[0]})"
+                     for reason, (count, examples) in sorted(self.skipped.items(),
+                                                             key=lambda kv: -kv[1][0])]
+            text += f"; skipped {sum(c for c, _ in self.skipped.values())}: " + "; ".join(parts)
+        return text
 
 
 def _sacct_time(text: str) -> float | None:
@@ -213,7 +255,7 @@ def _sacct_time(text: str) -> float | None:
         return None
     try:
         return _epoch(value)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return None
 
 
@@ -223,58 +265,152 @@ def _tres_gpus(tres: str) -> int:
     return max(found) if found else 0
 
 
-def read_sacct(
-    source: str | Path | io.TextIOBase, rules: TraceRules = TraceRules(), limit: int | None = None
-) -> list[TraceJob]:
-    """Jobs of ``sacct --parsable2`` (``|``-separated with a header line).
+def _delimiter(header: str, name: str, lineno: int) -> str:
+    """The --delimiter a --parsable2 dump was made with: what separates its column names."""
+    m = _HEADER.match(header.strip("\r"))
+    looks_like_row = any(c.isdigit() for c in header) and any(d in header for d in "|;,\t")
+    if "JobID" not in header and looks_like_row:
+        raise TraceError(
+            f"{name}:{lineno}: the first line is a row, not sacct's header of column names"
+            " (a dump made with --noheader?): which column is which cannot be known; give"
+            " the --format it was made with (simulate --sacct-columns State,JobID,...), or"
+            " make the dump with its header:" + _FORMAT_HINT
+        )
+    if not m or "JobID" not in header:
+        raise TraceError(
+            f"{name}:{lineno}: not sacct --parsable2 output: the first line must be the header"
+            f" of column names with JobID, separated by the --delimiter (got {header[:80]!r})"
+        )
+    return m.group(2)
 
-    Job steps (``123.batch``, ``123.0``) are skipped; a requeued job appears
-    once. A replay needs at least Submit and Elapsed/ElapsedRaw (or Start and
+
+def _row_delimiter(row: str, fields: int, name: str, lineno: int) -> str:
+    """The delimiter of a --noheader dump: the one that splits its first row into as many
+    fields as columns were named (sacct's default '|' first)."""
+    # Not ':' nor ' ': times and states ("CANCELLED by 0") hold them.
+    for delim in ("|", ";", "\t", ",", "~", "^", "#"):
+        count = len(row.split(delim))
+        if count == fields or (count == fields + 1 and row.endswith(delim)):
+            return delim
+    raise TraceError(
+        f"{name}:{lineno}: no delimiter splits this row into the {fields} columns named;"
+        " expected a dump made with exactly that --format"
+    )
+
+
+def _split(line: str, delim: str, trailing: bool) -> list[str]:
+    cells = line.split(delim)
+    if trailing and cells and cells[-1] == "":
+        cells.pop()  # --parsable (-p) ends every line with the delimiter
+    return cells
+
+
+def read_sacct(
+    source: str | Path | io.TextIOBase, rules: TraceRules = TraceRules(), limit: int | None = None,
+    report: SacctReport | None = None, columns: str | None = None,
+) -> list[TraceJob]:
+    """Jobs of ``sacct --parsable2`` (or ``--parsable``) output with any ``--delimiter``,
+    a header line first; or of ``sacct --json`` (found by its leading ``{``).
+
+    Job steps (``123.batch``, ``123.0``) are not jobs; a requeued job appears
+    once. A replay needs Submit and a run time (ElapsedRaw, Elapsed, or Start and
     End); sacct's default columns have none of them, which is an error saying
-    which ``--format`` to use. Jobs that never ran (no elapsed time) and jobs
-    without GPUs are skipped: the simulator replays GPU work.
+    which ``--format`` to use. Jobs that never ran or have not finished, and jobs
+    without GPUs, are skipped and counted in ``report`` (the simulator replays
+    finished GPU work); so are rows that cannot be read, with their line.
+
+    ``columns`` reads a dump made with ``--noheader``: the ``--format`` it was made
+    with (``State,JobID,...``), with the dump's ``--delimiter`` between them or commas.
     """
     name, handle = _open(source)
     with handle:
-        lines = [ln.rstrip("\n") for ln in handle if ln.strip()]
-    if not lines:
+        text = handle.read()
+    report = report if report is not None else SacctReport()
+    report.source = name
+    if text.lstrip().startswith("{"):
+        return _read_sacct_json(text, name, rules, limit, report)
+    lines = text.split("\n")
+    # Blank lines and '#' notes a person added above the header are passed over.
+    first = next((k for k, ln in enumerate(lines)
+                  if ln.strip() and not ln.lstrip().startswith("#")), None)
+    if first is None:
         raise TraceError(f"{name}: empty sacct output")
-    header = lines[0].split("|")
-    if len(header) < 2 or "JobID" not in header:
-        raise TraceError(
-            f"{name}: not sacct --parsable2 output: the first line must be the '|'-separated"
-            f" header with JobID (got {lines[0][:80]!r})"
-        )
+    header_line = lines[first].rstrip("\r")
+    if columns:
+        # A --noheader dump: the header is the --format it was made with; the first
+        # line is a row, and says which delimiter separates its fields.
+        names = [c for c in re.split(r"[^A-Za-z]+", columns) if c]
+        if "JobID" not in names and "JobIDRaw" not in names:
+            raise TraceError(f"--sacct-columns {columns!r}: expected the --format the dump was"
+                             " made with, with JobID (e.g. State,JobID,Submit,Elapsed,AllocTRES)")
+        delim = _row_delimiter(header_line, len(names), name, first + 1)
+        trailing = len(header_line.split(delim)) == len(names) + 1
+        header = names
+        first -= 1  # the first line is a row: read it
+    else:
+        delim = _delimiter(header_line, name, first + 1)
+        trailing = header_line.endswith(delim)
+        header = _split(header_line, delim, trailing)
     have = set(header)
-    if "Submit" not in have or not ({"Elapsed", "ElapsedRaw"} & have or {"Start", "End"} <= have):
-        missing = [c for c in ("Submit", "Elapsed") if c not in have]
+    run_time = {"Elapsed", "ElapsedRaw"} & have or {"Start", "End"} <= have
+    if "Submit" not in have or not run_time:
+        missing = (["Submit"] if "Submit" not in have else []) + (
+            [] if run_time else ["a run time (Elapsed or ElapsedRaw, or Start and End)"])
         default = " (sacct's default columns)" if tuple(header) == SACCT_DEFAULT_COLUMNS else ""
         raise TraceError(
-            f"{name}: sacct output{default} lacks {', '.join(missing) or 'Elapsed'}; a replay needs"
-            " submission and run times: use `sacct --parsable2 --allusers --format=ALL`"
-            " or --format=JobID,Submit,Start,End,Elapsed,Timelimit,AllocTRES,NNodes,Account,"
-            "User,Partition,QOS,AdminComment"
+            f"{name}: sacct output{default} lacks {' and '.join(missing)}; a replay needs"
+            " submission and run times:" + _FORMAT_HINT
         )
+    rows: list[dict[str, str]] = []
+    n = first + 1
+    while n < len(lines):
+        line = lines[n].rstrip("\r")
+        lineno = n + 1
+        n += 1
+        if not line.strip():
+            continue
+        cells = _split(line, delim, trailing)
+        if len(cells) < len(header):
+            # A field with a newline in it (a multi-line SubmitLine or Comment): the row
+            # goes on in the next lines; it is read only if they close it exactly.
+            joined, k = line, n
+            while k < len(lines) and len(_split(joined, delim, trailing)) < len(header):
+                joined += "\n" + lines[k].rstrip("\r")
+                k += 1
+            if len(_split(joined, delim, trailing)) == len(header):
+                cells, n = _split(joined, delim, trailing), k
+            else:
+                report.rows += 1
+                report.skip("unreadable rows", lineno,
+                            f"{len(cells)} fields, the header has {len(header)}")
+                continue
+        report.rows += 1
+        if len(cells) > len(header):
+            report.skip("unreadable rows", lineno,
+                        f"{len(cells)} fields, the header has {len(header)}: a field holds the"
+                        f" delimiter {delim!r} (use --delimiter with a string no field has)")
+            continue
+        row = dict(zip(header, cells, strict=True))
+        raw_id = row.get("JobIDRaw") or row.get("JobID", "")
+        if "." in raw_id:
+            report.steps += 1
+            continue
+        row["_line"] = str(lineno)
+        rows.append(row)
+    return _sacct_jobs(rows, name, rules, limit, report)
+
+
+def _sacct_jobs(rows: list[dict[str, str]], name: str, rules: TraceRules, limit: int | None,
+                report: SacctReport) -> list[TraceJob]:
     rng = random.Random(rules.seed)
     jobs: list[TraceJob] = []
     t0: float | None = None
-    raw: list[dict[str, str]] = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        cells = line.split("|")
-        if len(cells) < len(header):
-            raise TraceError(
-                f"{name}:{lineno}: {len(cells)} fields, the header has {len(header)}"
-            )
-        row = dict(zip(header, cells, strict=False))
-        raw_id = row.get("JobIDRaw") or row["JobID"]
-        if "." in raw_id:
-            continue  # a step
-        row["_line"] = str(lineno)
-        raw.append(row)
-    for row in raw:
+    for row in rows:
         if limit is not None and len(jobs) >= limit:
             break
-        submit = _sacct_time(row["Submit"])
+        line = row["_line"]
+        state = row.get("State", "").split()[0] if row.get("State", "").strip() else ""
+        submit = _sacct_time(row.get("Submit", ""))
         elapsed: float | None = None
         if row.get("ElapsedRaw", "").strip().isdigit():
             elapsed = float(row["ElapsedRaw"])
@@ -282,15 +418,24 @@ def read_sacct(
             try:
                 elapsed = parse_duration(row["Elapsed"])
             except ValueError as exc:
-                raise TraceError(f"{name}:{row['_line']}: bad Elapsed: {exc}") from exc
+                report.skip("unreadable rows", line, f"Elapsed {row['Elapsed']!r}: {exc}")
+                continue
         else:
             start, end = _sacct_time(row.get("Start", "")), _sacct_time(row.get("End", ""))
             if start is not None and end is not None:
                 elapsed = end - start
-        if submit is None or not elapsed:
+        if state in _UNFINISHED:
+            report.skip("not finished", line, state)
+            continue
+        if submit is None:
+            report.skip("without a submit time", line, repr(row.get("Submit", ""))[:40])
+            continue
+        if not elapsed:
+            report.skip("never ran (no run time)", line, state or "no State")
             continue
         gpus = _tres_gpus(row.get("AllocTRES", "")) or _tres_gpus(row.get("ReqTRES", ""))
         if not gpus:
+            report.skip("without GPUs (no gres/gpu in AllocTRES or ReqTRES)", line)
             continue
         limit_s: float | None = None
         if row.get("TimelimitRaw", "").strip().isdigit():
@@ -301,7 +446,7 @@ def read_sacct(
             except ValueError:
                 limit_s = None
         job_class = _sacct_class(row, rules)
-        job_id_text = (row.get("JobIDRaw") or row["JobID"]).split("_")[0].split("+")[0]
+        job_id_text = (row.get("JobIDRaw") or row.get("JobID", "")).split("_")[0].split("+")[0]
         try:
             job_id = int(job_id_text)
         except ValueError:
@@ -316,6 +461,7 @@ def read_sacct(
         if nnodes.isdigit() and int(nnodes) > 1 and gpus % int(nnodes) == 0:
             job = replace(job, nodes=int(nnodes), gpus_per_node=gpus // int(nnodes))
         jobs.append(job)
+    report.read = len(jobs)
     if not jobs:
         return []
     assert t0 is not None
@@ -330,6 +476,85 @@ def read_sacct(
         seen.add(jid)
         out.append(replace(j, job_id=jid, submit=j.submit - base))
     return sorted(out, key=lambda j: (j.submit, j.job_id))
+
+
+def _number(value: object) -> float | None:
+    """A number of sacct --json: plain, or Slurm 23.02+'s {"set", "infinite", "number"}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _dict(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _iso(epoch: float | None) -> str:
+    if not epoch:
+        return ""
+    try:
+        return datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return ""  # a time no calendar holds: the job is skipped as without a submit time
+
+
+def _json_tres(entries: object) -> int:
+    if not isinstance(entries, list):
+        return 0
+    found = [e["count"] for e in entries if isinstance(e, dict)
+             and e.get("type") == "gres" and str(e.get("name", "")).split(":")[0] == "gpu"
+             and isinstance(e.get("count"), int)]
+    return max(found, default=0)
+
+
+def _read_sacct_json(text: str, name: str, rules: TraceRules, limit: int | None,
+                     report: SacctReport) -> list[TraceJob]:
+    """``sacct --json`` (Slurm 21.08 to 25.11: data_parser v0.0.37 .. v0.0.44 shapes)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{name}:{exc.lineno}: not valid JSON: {exc.msg}; expected the output"
+                         " of `sacct --json`") from None
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, list):
+        raise TraceError(f"{name}: no \"jobs\" list; expected the output of `sacct --json`")
+    rows: list[dict[str, str]] = []
+    for k, job in enumerate(jobs, start=1):
+        report.rows += 1
+        where = f"jobs[{k - 1}]"
+        if not isinstance(job, dict) or not isinstance(job.get("job_id"), int):
+            report.skip("unreadable rows", where, "no job_id")
+            continue
+        times = _dict(job.get("time"))
+        state = job.get("state")
+        current = state.get("current") if isinstance(state, dict) else state
+        if isinstance(current, list):
+            current = current[0] if current else ""
+        tres = _dict(job.get("tres"))
+        gpus = _json_tres(tres.get("allocated")) or _json_tres(tres.get("requested"))
+        submit = _number(times.get("submission"))
+        elapsed = _number(times.get("elapsed"))
+        limit_min = _number(times.get("limit"))
+        comment = _dict(job.get("comment"))
+        rows.append({
+            "_line": where, "JobID": str(job["job_id"]), "State": str(current or ""),
+            "Submit": _iso(submit), "ElapsedRaw": str(int(elapsed)) if elapsed else "",
+            "TimelimitRaw": str(int(limit_min)) if limit_min is not None else "",
+            "AllocTRES": f"gres/gpu={gpus}" if gpus else "",
+            "NNodes": str(job.get("allocation_nodes", "")),
+            "Account": str(job.get("account") or ""), "User": str(job.get("user") or ""),
+            "Partition": str(job.get("partition") or ""),
+            "QOS": str(job.get("qos") or ""),
+            "AdminComment": str(comment.get("administrator") or ""),
+        })
+    return _sacct_jobs(rows, name, rules, limit, report)
 
 
 def _sacct_class(row: dict[str, str], rules: TraceRules) -> str | None:
@@ -408,9 +633,11 @@ def parse_synthetic(text: str, seed: int) -> SyntheticSpec:
 
 
 def load_trace(
-    path: str, fmt: str, rules: TraceRules, limit: int | None = None
+    path: str, fmt: str, rules: TraceRules, limit: int | None = None,
+    report: SacctReport | None = None, columns: str | None = None,
 ) -> list[TraceJob]:
-    """Read ``path`` in ``fmt`` (philly, sacct, synthetic; auto by content when None)."""
+    """Read ``path`` in ``fmt`` (philly, sacct, synthetic; auto by content when None);
+    a sacct trace fills ``report`` with what was read and skipped."""
     if fmt == "synthetic":
         spec = parse_synthetic("" if path in ("", "-") else path, rules.seed)
         if limit is not None:
@@ -419,15 +646,15 @@ def load_trace(
     if fmt == "philly":
         return read_philly(path, rules, limit)
     if fmt == "sacct":
-        return read_sacct(path, rules, limit)
+        return read_sacct(path, rules, limit, report, columns)
     if fmt == "auto":
         _, handle = _open(path)
         with handle:
             first = handle.readline()
-        if "|" in first:
-            return read_sacct(path, rules, limit)
         if first.startswith("timestamp,"):
             return read_philly(path, rules, limit)
+        if first.lstrip().startswith("{") or "JobID" in first or columns:
+            return read_sacct(path, rules, limit, report, columns)
         raise TraceError(f"{path}: cannot tell the trace format; use --format philly|sacct")
     raise TraceError(f"unknown trace format {fmt!r}; allowed: philly, sacct, synthetic")
 

@@ -83,6 +83,11 @@ class SlurmClient(Protocol):
         """Hold a pending job back until ``begin`` (None: release at once)."""
         ...
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        """Make a pending job use reservation ``name`` ("" clears it):
+        ``scontrol update jobid=N reservationname=NAME``."""
+        ...
+
     def create_reservation(self, spec: ReservationSpec) -> None:
         ...
 

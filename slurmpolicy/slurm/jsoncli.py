@@ -112,6 +112,12 @@ class JsonCliClient(SlurmCommands):
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self.update_job(job_id, "starttime", "now" if begin is None else slurm_time(begin))
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        if any(c in name for c in " \t\n=,"):
+            raise ValueError(f"invalid reservation name {name!r}; allowed: no spaces, = or ,")
+        # An empty value clears the job's reservation (scontrol's "ReservationName=").
+        self.update_job(job_id, "reservationname", name)
+
     def create_reservation(self, spec: ReservationSpec) -> None:
         self.run(["scontrol", "create", "reservation", *reservation_args(spec, True)],
                  error=ReservationError)

@@ -381,6 +381,13 @@ class PySlurmClient:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        # pyslurm drops an empty reservation (falsy) instead of clearing it;
+        # scontrol does both, with the same messages.
+        if any(c in name for c in " \t\n=,"):
+            raise ValueError(f"invalid reservation name {name!r}; allowed: no spaces, = or ,")
+        self.cli.update_job(_check_id(job_id), "reservationname", name)
+
     def _resv_fields(self, spec: ReservationSpec, create: bool) -> dict[str, Any]:
         pyslurm = self._api()
 

@@ -172,9 +172,13 @@ class Feed:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         try:
             intents = journal.load_intents(now=now)
+            # A job's history is its own: rows from before the first submission
+            # of the job that now holds the id are about another job.
+            first = journal.jobs_since() if hasattr(journal, "jobs_since") else {}
             rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
                              outcome=r.outcome)
-                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run]
+                    for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run
+                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at))]
         except Exception as exc:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         finally:
@@ -326,7 +330,7 @@ def slurm_view(frame: Frame, job: Job, *, note: str = "") -> Explanation:
             job_id=job.job_id, state=job.state.value, headline=f"Running on {placement}",
             job_class=klass, partition=job.partition, request=_request(job),
             effective_priority=job.priority, placement_text=placement,
-            last_checkpoint=last_checkpoint(job.comment),
+            last_checkpoint=last_checkpoint(job.comment, frame.now),
             preemption_candidate=None if state == "-" else state not in ("protected",
                                                                          "no requeue"),
             preemption_text="" if state == "-" else state, notes=notes,

@@ -167,7 +167,7 @@ class Frame:
         return None if job.start_time is None else max(0.0, self.now - job.start_time)
 
     def checkpoint_age(self, job: Job) -> float | None:
-        stamp = last_checkpoint(job.comment)
+        stamp = last_checkpoint(job.comment, self.now)
         return None if stamp is None else max(0.0, self.now - stamp)
 
     def estimated_start(self, job: Job) -> float | None:
@@ -266,7 +266,7 @@ def order_running(frame: Frame, filters: Filters, sort: str = "job",
             jobs.sort(key=lambda j: (j.user, j.job_id))
         elif sort == "checkpoint":
             # Oldest checkpoint first (the most work at risk); none at all leads.
-            jobs.sort(key=lambda j: (last_checkpoint(j.comment) or 0.0, j.job_id))
+            jobs.sort(key=lambda j: (last_checkpoint(j.comment, frame.now) or 0.0, j.job_id))
         if reverse:
             jobs.reverse()
         return jobs

@@ -23,6 +23,7 @@ from slurmpolicy.store import Journal
 
 ACTIONS = 500
 HISTORY_CYCLES = 2000
+IDENTITIES = 20_000
 
 
 class NullClient:
@@ -56,8 +57,19 @@ def run() -> dict[str, float]:
         load = time.perf_counter() - start
         size = journal.path.stat().st_size / 1e6
         assert len(intents.site_factors) == ACTIONS
+        # Job identities (a reused id starts clean): first sight of a big queue,
+        # then a steady cycle where nothing changed.
+        queue = [Job(job_id=i, name="j", user="u", account="a", partition="p",
+                     state=JobState.PENDING, submit_time=float(i)) for i in range(IDENTITIES)]
+        start = time.perf_counter()
+        journal.note_jobs("c", queue, 0.0)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        journal.note_jobs("c", queue, 1.0)
+        steady = time.perf_counter() - start
     return {"ms_per_action": per_action * 1000, "ms_per_cycle_history": per_history * 1000,
-            "ms_load_intents": load * 1000, "journal_mb": size}
+            "ms_load_intents": load * 1000, "journal_mb": size,
+            "ms_identities_first": first * 1000, "ms_identities_steady": steady * 1000}
 
 
 @pytest.mark.bench
@@ -66,7 +78,9 @@ def test_journal_bench() -> None:
     print(f"\njournal: {figures['ms_per_action']:.2f} ms per Slurm action journalled "
           f"({ACTIONS} actions), {figures['ms_per_cycle_history']:.2f} ms per cycle of metrics "
           f"history (30 figures), load_intents {figures['ms_load_intents']:.1f} ms, "
-          f"journal {figures['journal_mb']:.1f} MB")
+          f"journal {figures['journal_mb']:.1f} MB; job identities of {IDENTITIES} jobs: "
+          f"{figures['ms_identities_first']:.0f} ms first seen, "
+          f"{figures['ms_identities_steady']:.1f} ms per steady cycle")
 
 
 if __name__ == "__main__":

@@ -288,6 +288,31 @@ def test_reservation_lifecycle(client: SlurmClient) -> None:
         client.create_reservation(replace(spec, users=()))
 
 
+def test_a_pending_job_is_named_on_a_reservation_and_let_go(client: SlurmClient,
+                                                              holder: Holder) -> None:
+    """How a preemption binds its held nodes to the beneficiary alone: the job
+    names the reservation (``scontrol update jobid=N reservationname=R``), and
+    is let go (an empty name) before the reservation is deleted."""
+    name = f"contract-bind-{client.name}-{uuid.uuid4().hex[:6]}"
+    start = float(int(time.time()) + 3600)
+    client.create_reservation(ReservationSpec(name=name, nodes=("gpu08",), start_time=start,
+                                              duration_minutes=60, users=(TEST_USER,),
+                                              flags=("IGNORE_JOBS",)))
+    try:
+        job_id = holder.submit("--begin=now+2hours")
+        client.set_job_reservation(job_id, name)
+        j, snap = job_in(client, job_id)
+        assert j.reservation == name
+        resv = snap.reservation(name)
+        assert resv is not None and "MAGNETIC" not in resv.flags
+        client.set_job_reservation(job_id, "")
+        wait_job(client, job_id, lambda j: not j.reservation, "reservation let go")
+    finally:
+        client.delete_reservation(name)
+    with pytest.raises(ValueError, match="invalid reservation name"):
+        client.set_job_reservation(job_id, "a b")
+
+
 # ------------------------------------------------------------------ errors
 
 def test_typed_errors_on_a_bogus_job(client: SlurmClient) -> None:

@@ -148,7 +148,7 @@ def test_victim_finishing_during_grace_is_not_requeued(cluster: LiveCluster,
     assert records[victim]["Restarts"] == "0"
     assert "finished by itself" in cluster.read_file(wd / f"slurm-{victim}.out")
     assert not [r for r in journal_of(daemon).read_audit(job_id=victim) if r.kind == "Requeue"]
-    assert not journal_of(daemon).steps(key=f"requeue:{victim}:0")
+    assert not journal_of(daemon).steps(key=f"requeue:{pre['preemption_id']}:{victim}:0")
     # The other victim was never touched.
     other = next(v for v in victims if v != victim)
     assert records[other]["JobState"] == "RUNNING"

@@ -256,3 +256,26 @@ def test_pathological_scripts_return_and_the_controller_stays_up(cluster, name):
     # and still takes an ordinary job.
     job = submitted(sbatch(cluster, "#!/bin/bash\n#SPOLICY --class=research\ntrue\n"))
     assert own_line(cluster, job, "AdminComment") == "spolicy:v1 class=research"
+
+
+def test_a_late_directive_is_warned_at_submit_and_the_job_accepted(cluster):
+    script = "#!/bin/bash\n#SPOLICY --class=research\nsrun true\n#SPOLICY --class=production\n"
+    proc = sbatch(cluster, script)
+    job = submitted(proc)
+    (warning,) = check_script(script.encode(), SITE).warnings
+    assert f"slurmpolicy: warning: {warning}" in proc.stderr, proc.stderr
+    assert own_line(cluster, job, "AdminComment") == "spolicy:v1 class=research"
+
+
+def test_dos_line_breaks_get_sbatchs_refusal_in_the_same_words(cluster):
+    # sbatch refuses the script before it reaches the plugin; `directives check` says
+    # the same thing, so a user hears one message whichever runs first.
+    proc = sbatch(cluster, b"#!/bin/bash\r\n#SPOLICY --class=research\r\ntrue\r\n")
+    assert proc.returncode != 0
+    said = " ".join(line.removeprefix("sbatch: error: ").strip()
+                    for line in proc.stderr.splitlines())
+    assert ("Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line"
+            " breaks (\\n)") in said, proc.stderr
+    (problem,) = check_script(b"#!/bin/bash\r\ntrue\r\n", SITE).problems
+    assert ("Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line"
+            " breaks (\\n)") in problem.message

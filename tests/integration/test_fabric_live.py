@@ -74,3 +74,40 @@ def test_live_fabric_sees_busy_gpus_and_places_around_them(cluster: DevCluster) 
                    "--strict")
     assert refused.returncode == 1
     assert "48 GPUs free, at most 32 in any one leaf" in refused.stdout
+
+
+def test_a_topology_conf_slurm_accepts_with_warnings_is_read_with_the_same_warnings(
+        cluster: DevCluster) -> None:
+    """A node under two leaves and a node slurm.conf lacks: slurmctld warns and runs on
+    reconfigure; `fabric check` says the same (the first leaf counts, which agrees
+    with the nodes' leaf features), `plan` plans (it used to exit 2)."""
+    topo = cluster.conf_dir / "topology.conf"
+    original = topo.read_text()
+    try:
+        topo.write_text("SwitchName=leaf1 Nodes=gpu[01-04]\nSwitchName=leaf2 Nodes=gpu[04-08,99]\n"
+                        "SwitchName=spine Switches=leaf[1-2]\n")
+        mark = cluster.ctld_log.stat().st_size
+        cluster.run_tool("scontrol", "reconfigure")
+        deadline = time.monotonic() + 30
+        log = ""
+        while time.monotonic() < deadline and "Multiple leaf switches" not in log:
+            time.sleep(0.5)
+            log = cluster.ctld_log.read_bytes()[mark:].decode(errors="replace")
+        # What Slurm itself says of this file (src/plugins/topology/tree/switch_record.c).
+        assert "Multiple leaf switches contain nodes: gpu04" in log, log[-2000:]
+        assert "Invalid hostnames in switch configuration: gpu99" in log, log[-2000:]
+        assert cluster.run_tool("scontrol", "ping").returncode == 0
+        check = _run(cluster, "fabric", "check", "--json")
+        data = json.loads(check.stdout)
+        assert check.returncode == 0, check.stderr
+        words = " | ".join(data["warnings"])
+        assert "Multiple leaf switches contain nodes: gpu04 (leaf1 line 1, leaf2 line 2)" in words
+        assert "gpu99 not known to Slurm; left out" in words
+        shown = json.loads(_run(cluster, "fabric", "show", "--json").stdout)
+        assert {h["name"]: h["leaf"] for h in shown["hosts"]}["gpu04"] == "leaf1"
+        plan = _run(cluster, "plan", "--json")
+        assert plan.returncode == 0, plan.stderr + plan.stdout
+        json.loads(plan.stdout)
+    finally:
+        topo.write_text(original)
+        cluster.run_tool("scontrol", "reconfigure")

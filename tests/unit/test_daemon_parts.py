@@ -26,6 +26,7 @@ from slurmpolicy.policy.actions import Plan, SetSiteFactor, VictimState
 from slurmpolicy.settings import Daemon as DaemonSettings
 from slurmpolicy.settings import Metrics, Settings
 from slurmpolicy.store import Journal
+from slurmpolicy.topology.types import Level
 
 
 def _recv(sock: socket.socket) -> str:
@@ -121,8 +122,10 @@ class FakeClient:
 
 def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool = False,
             now: float = 1000.0) -> Daemon:
+    # No lease: these fakes hold no nodes (the lease has its own tests).
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=5,
-                                              max_backoff=40, max_snapshot_age=60),
+                                              max_backoff=40, max_snapshot_age=60,
+                                              lease_ttl=0),
                         metrics=Metrics(enabled=False))
     d = Daemon(settings, client=client, planner=planner,
                fabric_loader=lambda s, st: None, clock=lambda: now, dry_run=dry_run)
@@ -152,7 +155,7 @@ def test_cycle_skips_stale_snapshot_and_backs_off(tmp_path: Path) -> None:
 
 
 def test_next_cycle_sooner_while_a_signalled_victim_awaits_its_requeue(tmp_path: Path) -> None:
-    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30,
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30, lease_ttl=0,
                                               preemption_poll=5, max_snapshot_age=60),
                         metrics=Metrics(enabled=False))
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
@@ -208,6 +211,7 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
     fabric_file.write_text("# v1\n")
     settings_file = tmp_path / "s.toml"
     settings_file.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\n'
+                             'lease_ttl = 0\n'
                              f'[fabric]\nfabric_file = "{fabric_file}"\n'
                              '[metrics]\nenabled = false\n')
     from slurmpolicy import settings as settings_mod
@@ -241,6 +245,50 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
         assert d.cycle().result == "ok" and d.settings.daemon.interval == 7
     finally:
         d.close()
+
+
+def test_a_fabric_broken_mid_flight_keeps_the_last_good_one(tmp_path: Path) -> None:
+    """Issue 13, finding 2: a typo in the fabric file during a preemption must not
+    stop it where it stands: the planner goes on with the last good fabric."""
+    from slurmpolicy.errors import TopologyError
+
+    fabric_file = tmp_path / "fabric.toml"
+    fabric_file.write_text("# v1\n")
+    good = object()
+    seen: list[object] = []
+
+    def loader(snapshot: Snapshot, settings: Settings) -> object:
+        if "typo" in fabric_file.read_text():
+            raise TopologyError(f"{fabric_file}: line 1: not valid TOML")
+        return good
+
+    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
+        seen.append(fabric)
+        return Plan()
+
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "st"), lease_ttl=0),
+                        fabric=settings_mod_fabric(str(fabric_file)),
+                        metrics=Metrics(enabled=False))
+    d = Daemon(settings, client=FakeClient([fresh] * 3), planner=planner,
+               fabric_loader=loader, clock=lambda: 1000.0)
+    d.open()
+    try:
+        assert d.cycle().result == "ok"
+        fabric_file.write_text("typo [\n")
+        os.utime(fabric_file, (2e9, 2e9))
+        assert d.cycle().result == "ok"
+        assert d.cycle().result == "ok"
+        assert seen == [good, good, good]
+        assert d.fabric_error.endswith("line 1: not valid TOML")
+    finally:
+        d.close()
+
+
+def settings_mod_fabric(path: str) -> object:
+    from slurmpolicy.settings import Fabric
+
+    return Fabric(fabric_file=path)
 
 
 def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
@@ -307,3 +355,62 @@ def test_daemon_status_log_and_report_commands(tmp_path: Path) -> None:
     code, out = cli("log", "--state-dir", str(tmp_path / "none"))
     assert code == 2 and "no journal here" in out
     assert main is not None
+
+
+def test_daemon_steers_through_warnings_and_keeps_the_last_good_fabric(tmp_path: Path) -> None:
+    """A topology.conf Slurm accepts with warnings (a node under two leaves, a name
+    slurm.conf lacks) is read, its warnings counted; one Slurm refuses (a cycle of
+    switches) keeps the last good fabric, and the daemon says so."""
+    from slurmpolicy.model import Node
+    from slurmpolicy.topology import Fabric
+
+    topo = tmp_path / "topology.conf"
+    topo.write_text("SwitchName=leaf1 Nodes=gpu[01-03]\nSwitchName=leaf2 Nodes=gpu[03-04,99]\n"
+                    "SwitchName=spine Switches=leaf[1-2]\n")
+    nodes = tuple(Node(name=f"gpu{i:02d}", state="IDLE", gpus_by_type={"h100": 8})
+                  for i in range(1, 5))
+    settings_file = tmp_path / "s.toml"
+    settings_file.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\nlease_ttl = 0\n'
+                             f'[fabric]\ntopology_conf = "{topo}"\n[metrics]\nenabled = false\n')
+    from slurmpolicy import settings as settings_mod
+
+    def loader(snapshot: Snapshot, settings: Settings) -> Fabric:
+        return Fabric.from_sources(snapshot.nodes, settings.fabric, tmp_path / "slurm.conf")
+
+    snap = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c", nodes=nodes)
+    seen: list[object] = []
+
+    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
+        seen.append(fabric)
+        return Plan()
+
+    d = Daemon(settings_mod.load(settings_file), client=FakeClient([snap] * 4),
+               planner=planner, fabric_loader=loader, clock=lambda: 1000.0)
+    d.open()
+    try:
+        assert d.cycle().result == "ok"
+        first = seen[-1]
+        assert isinstance(first, Fabric) and first.domain_of("gpu03", Level.LEAF) == "leaf1"
+        figures = {name: value for name, _labels, value in d.metrics.last_figures}
+        assert figures["slurmpolicy_fabric_warnings"] == 2.0  # two leaves; gpu99 unknown
+        assert figures["slurmpolicy_fabric_refused"] == 0.0
+        topo.write_text("SwitchName=leaf1 Nodes=gpu[01-04]\nSwitchName=a Switches=b,leaf1\n"
+                        "SwitchName=b Switches=a\n")
+        os.utime(topo, (2e9, 2e9))
+        assert d.cycle().result == "ok"
+        assert seen[-1] is first and "switch cycle" in d.fabric_refused
+        figures = {name: value for name, _labels, value in d.metrics.last_figures}
+        assert figures["slurmpolicy_fabric_refused"] == 1.0
+        topo.write_text("SwitchName=leaf1 Nodes=gpu[01-04]\n")
+        os.utime(topo, (2.1e9, 2.1e9))
+        assert d.cycle().result == "ok"
+        assert seen[-1] is not first and d.fabric_refused == ""
+        assert seen[-1].domain_of("gpu04", Level.LEAF) == "leaf1"
+        # Each load and the refusal are decisions in the journal, with their reasons.
+        assert d.journal is not None
+        decisions = [(a.outcome, a.reason) for a in d.journal.read_audit() if a.kind == "fabric"]
+        assert [o for o, _r in decisions] == ["loaded", "kept last good", "loaded"]
+        assert "4 hosts, 2 warning(s); first:" in decisions[0][1]
+        assert "switch cycle" in decisions[1][1] and "last good fabric (4 hosts)" in decisions[1][1]
+    finally:
+        d.close()

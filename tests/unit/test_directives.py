@@ -148,6 +148,48 @@ def test_each_kind_of_bad_line(name, fragment):
     assert found and any(fragment in m for m in found), found
 
 
+def test_crlf_is_refused_as_sbatch_refuses_it():
+    # sbatch (src/sbatch/sbatch.c) refuses a script with any \r\n before reading #SBATCH.
+    for name in ("tabs and CRLF", "CRLF in the body only"):
+        assert problems(name) == [
+            "script: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX"
+            " line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert with"
+            " dos2unix)"]
+
+
+def test_form_feed_and_vertical_tab_lines_are_blank_as_for_sbatch():
+    result = check_script(CASES["form feed and vertical tab lines keep the header"][0], SITE)
+    assert result.ok and result.policy.topology == "leaf"
+
+
+def test_late_directives_are_warned_not_read():
+    result = check_script(CASES["late directives warned"][0], SITE)
+    assert result.ok and result.policy.job_class == "research"
+    assert result.policy.topology == "any"
+    assert [w.split(": ")[0] for w in result.warnings] == ["line 4", "line 7", "line 9"]
+    assert result.warnings[0] == (
+        "line 4: #SPOLICY --topology=leaf: after the first command (line 3), where sbatch"
+        " stops reading directives; this line is ignored; allowed: #SPOLICY lines before"
+        " the first command")
+    end = check_script(CASES["late directive at the end without newline"][0], SITE)
+    assert end.warnings == (end.warnings[0],) and end.warnings[0].startswith(
+        "line 3: #SPOLICY --class=z: after the first command (line 2)")
+    assert check_script(script("#SPOLICY --class=research"), SITE).warnings == ()
+    after = check_script(CASES["late directive after comments"][0], SITE).warnings
+    assert [w.split(":")[0] for w in after] == ["line 6"]
+    # Only the 64 KiB after the first command are looked at: bounded work in slurmctld.
+    assert check_script(CASES["late directive past the look-ahead"][0], SITE).warnings == ()
+
+
+@pytest.mark.parametrize("name, key, number", [("bare grace", "grace", "60"),
+                                              ("bare interval", "interval", "1800")])
+def test_a_bare_number_for_grace_or_interval_shows_both_readings(name, key, number):
+    (message,) = problems(name)
+    assert (f"{key}={number} has no unit: {number}s (seconds, as --signal=SIG@{number} and"
+            f" GraceTime count) or {number}m (minutes, as --time counts)? write {number}s or"
+            f" {number}m") in message
+
+
 def test_nothing_after_prefix_is_reported_for_each_line():
     assert [m.split(":")[0] for m in problems("nothing after prefix")] == ["line 2", "line 3"]
 
@@ -157,7 +199,8 @@ def test_problem_count_is_capped():
 
 
 @pytest.mark.parametrize("name", [
-    "no directives", "space separated values", "tabs and CRLF",
+    "no directives", "space separated values", "tabs, LF only", "lone CR line is blank",
+    "form feed and vertical tab lines keep the header", "late directives warned",
     "checkpoint none in allowed partition", "checkpoint none in default partition",
     "default grace and SIG prefix", "fractional durations", "durations all forms",
     "directives stop at first command", "indented comment keeps header", "1 MB body",
@@ -226,7 +269,7 @@ def test_sbatch_options_read_account_and_partition():
 ROUND_TRIP = [
     "#SPOLICY --class=experimental",
     "#SPOLICY --checkpoint=none",
-    "#SPOLICY --checkpoint=signal:USR1,grace=45",
+    "#SPOLICY --checkpoint=signal:USR1,grace=45s",
     "#SPOLICY --checkpoint=signal:TERM,grace=1:00,interval=2h",
     "#SPOLICY --preemptible=no",
     "#SPOLICY --preemptible=yes",
@@ -317,6 +360,26 @@ def test_check_json_and_stdin(site_toml):
     r = invoke("--config", str(site_toml), "directives", "check", "--json", "-",
                input=script("#SPOLICY --deferrable=night"))
     assert r.exit_code == 0 and json.loads(r.output)["admin_comment"] == "spolicy:v1 defer=night"
+
+
+def test_check_warns_about_directives_after_the_first_command(tmp_path, site_toml):
+    f = tmp_path / "job.sh"
+    f.write_bytes(script("#SPOLICY --class=research", body="srun x\n#SPOLICY --data=c4\n"))
+    r = invoke("--config", str(site_toml), "directives", "check", str(f))
+    assert r.exit_code == 0, r.output
+    assert (f"{f}: warning: line 4: #SPOLICY --data=c4: after the first command (line 3),"
+            " where sbatch stops reading directives") in r.output
+    assert "admin_comment: spolicy:v1 class=research" in r.output
+    r = invoke("--config", str(site_toml), "directives", "check", "--json", str(f))
+    assert json.loads(r.output)["warnings"][0].startswith("line 4: #SPOLICY --data=c4")
+
+
+def test_check_refuses_a_dos_script_as_sbatch_does(tmp_path, site_toml):
+    f = tmp_path / "job.sh"
+    f.write_bytes(b"#!/bin/bash\r\n#SPOLICY --class=research\r\nsrun x\r\n")
+    r = invoke("--config", str(site_toml), "directives", "check", str(f))
+    assert r.exit_code == 2
+    assert f"{f}: script: Batch script contains DOS line breaks" in r.output
 
 
 def test_check_notes_what_it_could_not_verify(tmp_path, site_toml):

@@ -65,6 +65,9 @@ class Recorder:
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._rec("set_begin_time", job_id)
 
+    def set_job_reservation(self, job_id: int, name: str) -> None:
+        self._rec("set_job_reservation", job_id)
+
     def create_reservation(self, spec: object) -> None:
         self._rec("create_reservation", getattr(spec, "name", None))
 
@@ -91,8 +94,9 @@ PID = "p1"
 RESV = "spolicy_p1"
 
 
-def start() -> StartPreemption:
-    return StartPreemption(reason="prod job 3 needs gpu01", preemption_id=PID, beneficiary=3,
+def start(preemption_id: str = PID) -> StartPreemption:
+    return StartPreemption(reason="prod job 3 needs gpu01", preemption_id=preemption_id,
+                           beneficiary=3,
                            victims=(1,), nodes=("gpu01",), reservation=RESV)
 
 
@@ -145,7 +149,7 @@ def test_full_preemption_story(journal: Journal) -> None:
     ex, rec = make(journal)
     s0 = snap(job(1), job(3, JobState.PENDING))
     run(ex, s0, start())
-    assert rec.calls == [("create_reservation", RESV)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3)]
     p = journal.load_intents().preemptions[0]
     assert p.state is PreemptionState.RESERVED
     assert p.victims[0].state is VictimState.PLANNED
@@ -179,6 +183,24 @@ def test_full_preemption_story(journal: Journal) -> None:
     audit = journal.read_audit(job_id=1)
     kinds = [r.kind for r in audit]
     assert "SignalCheckpoint" in kinds and "Requeue" in kinds and "CheckpointAck" in kinds
+
+
+def test_an_ack_stamped_in_the_future_is_refused_and_journalled_once(
+        journal: Journal) -> None:
+    """Issue 13, finding 7: a forged ack (stamped an hour ahead) is no ack."""
+    ex, rec = make(journal)
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    forged = snap(job(1, comment="ckpt:4600 ckpt:nan"), job(3, JobState.PENDING))
+    for now in (1010.0, 1020.0):
+        run(ex, forged, requeue(), now=now)
+    assert ("requeue", 1) not in rec.calls
+    refused = [r for r in journal.read_audit(job_id=1) if r.outcome == "refused"]
+    assert sorted(r.reason.split(": ", 1)[1] for r in refused) == [
+        "a checkpoint acknowledgement in its comment was refused: not a finite number",
+        "a checkpoint acknowledgement in its comment was refused: stamped 3590s in the "
+        "future (more than the allowed clock skew of 60s)"]
+    assert journal.victim(PID, 1, 0)["acked_at"] is None  # type: ignore[index]
 
 
 def test_deadline_then_requeue_counts_missed_ack(journal: Journal) -> None:
@@ -329,7 +351,7 @@ def test_no_checkpoint_victim_requeued_without_signal(journal: Journal) -> None:
     run(ex, s0, start())
     run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
                         restart_count=0, after="no-checkpoint"))
-    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("requeue", 1)]
 
 
 def test_no_checkpoint_requeue_refused_for_a_job_that_can_checkpoint(journal: Journal) -> None:
@@ -348,6 +370,7 @@ def test_busy_reservation_deleted_once_unused(journal: Journal) -> None:
     ex, rec = make(journal)
     resv = (Reservation(name=RESV, nodes=("gpu01",)),)
     busy = snap(job(3, reservation=RESV), reservations=resv)
+    journal.record_reservation(RESV, 3, ("gpu01",), 0.0, 3600.0, state="preemption")
     delete = DeleteReservation(reason="beneficiary started", name=RESV, job_id=3)
     run(ex, busy, delete)
     run(ex, busy, delete)
@@ -369,6 +392,48 @@ def test_repeated_annotation_audited_once(journal: Journal) -> None:
     assert [r.reason for r in journal.read_audit()] == ["waits for gpu01", "waits for gpu02"]
 
 
+
+def test_an_unchanged_note_is_recorded_once_with_how_long_it_held(journal: Journal) -> None:
+    """Issue 13, finding 10: the same note is not written again every cycle (its
+    durations drift; a restarted daemon knows it too); when another note replaces
+    it, the old one says how long it held."""
+    from slurmpolicy.policy.actions import Annotate
+
+    ex, _ = make(journal)
+    for now, left in ((1000.0, "3m"), (1030.0, "2m30s"), (1060.0, "2m")):
+        run(ex, snap(), Annotate(reason=f"no preemption for job 9: it should start within "
+                                        f"{left} anyway", job_id=9), now=now)
+    ex2, _ = make(journal)  # a restarted daemon
+    run(ex2, snap(), Annotate(reason="no preemption for job 9: it should start within 1m "
+                                     "anyway", job_id=9), now=1090.0)
+    run(ex2, snap(), Annotate(reason="no preemption for job 9: no running job may be "
+                                     "preempted for it", job_id=9), now=1200.0)
+    records = journal.read_audit(job_id=9)
+    assert [(r.reason, r.outcome) for r in records] == [
+        ("no preemption for job 9: it should start within 3m anyway", "noted; held 3m"),
+        ("no preemption for job 9: no running job may be preempted for it", "noted")]
+
+
+def test_a_reused_job_id_starts_a_clean_history(journal: Journal) -> None:
+    """Issue 13, finding 10: job 9 of a rebuilt cluster (or after ids wrapped) does
+    not inherit the decisions and counters of the old job 9; a requeue (Slurm
+    resets the submit time) keeps the job's own history."""
+    old = job(9, submit_time=500.0)
+    journal.note_jobs("t", [old], 600.0)
+    journal.audit("Requeue", "requeue victim 9", "ok", job_id=9, at=700.0)
+    journal.add_missed_ack(9)
+    requeued = job(9, JobState.PENDING, submit_time=800.0, restart_count=1)
+    assert journal.note_jobs("t", [requeued], 800.0) == []
+    assert [r.reason for r in journal.read_audit(job_id=9)] == ["requeue victim 9"]
+    assert journal.load_intents().missed_acks == {9: 1}
+    new = job(9, JobState.PENDING, submit_time=9000.0)
+    assert journal.note_jobs("t", [new], 9000.0) == [9]
+    assert journal.read_audit(job_id=9) == []
+    assert journal.load_intents().missed_acks == {}
+    # The same id on another cluster is another job, too.
+    assert journal.note_jobs("other", [new], 9001.0) == [9]
+
+
 def test_log_filters_by_job_and_time(journal: Journal) -> None:
     journal.audit("StartPreemption", "x", "ok", job_id=3, jobs=(1, 2), at=100.0)
     journal.audit("SetSiteFactor", "y", "ok", job_id=12, at=200.0)
@@ -379,12 +444,21 @@ def test_log_filters_by_job_and_time(journal: Journal) -> None:
     assert [r.kind for r in journal.read_audit(limit=1)] == ["SetSiteFactor"]
 
 
-def test_leftover_reservation_of_the_same_name_is_moved(journal: Journal) -> None:
+def test_leftover_reservation_of_ours_is_moved_a_foreign_one_is_refused(
+        journal: Journal) -> None:
     ex, rec = make(journal)
     old = (Reservation(name=RESV, nodes=("gpu05",)),)
+    # Carries our prefix, but the journal never made it: an admin's. Not touched.
     run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old), start())
-    assert rec.calls == [("update_reservation", RESV)]
-    assert journal.preemption(PID)["state"] == "reserved"  # type: ignore[index]
+    assert rec.calls == []
+    assert journal.read_audit()[-1].outcome == (
+        f"refused: reservation {RESV} exists and was not made by slurmpolicy")
+    # One the journal recorded as ours (an earlier daemon's) is moved.
+    journal.record_reservation(RESV, 3, ("gpu05",), 0.0, 3600.0, state="preemption")
+    run(ex, snap(job(1), job(3, JobState.PENDING), reservations=old),
+        start(preemption_id="p2"))
+    assert rec.calls == [("update_reservation", RESV), ("set_job_reservation", 3)]
+    assert journal.preemption("p2")["state"] == "reserved"  # type: ignore[index]
 
 
 def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
@@ -395,7 +469,8 @@ def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
     s0 = snap(job(1), job(3, JobState.PENDING))
     other = SetSiteFactor(reason="aging", job_id=3, site_factor=100)
     run(ex, s0, start(), signal(), other)
-    assert rec.calls == [("create_reservation", RESV), ("signal", 1), ("set_site_factor", 3)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("signal", 1),
+                         ("set_site_factor", 3)]
     p = journal.load_intents().preemptions[0]
     assert p.victims[0].state is VictimState.SIGNALLED
     assert p.victims[0].signalled_at == 1000.0 and p.victims[0].deadline == 1100.0
@@ -420,7 +495,7 @@ def test_start_and_signal_in_one_cycle_sends_no_signal_without_the_reservation(
     del rec.fail[("create_reservation", RESV)]
     run(ex, s0, signal())
     assert rec.calls == [("create_reservation", RESV), ("create_reservation", RESV),
-                         ("signal", 1)]
+                         ("set_job_reservation", 3), ("signal", 1)]
 
 
 def test_refused_start_sends_no_signal(journal: Journal) -> None:
@@ -437,4 +512,44 @@ def test_no_checkpoint_victim_requeued_in_the_cycle_that_starts(journal: Journal
               job(3, JobState.PENDING))
     run(ex, s0, Requeue(reason="nothing to wait for", preemption_id=PID, job_id=1,
                         restart_count=0, after="no-checkpoint"), start())
-    assert rec.calls == [("create_reservation", RESV), ("requeue", 1)]
+    assert rec.calls == [("create_reservation", RESV), ("set_job_reservation", 3), ("requeue", 1)]
+
+
+def test_a_requeue_slurm_refuses_three_times_aborts_the_preemption(journal: Journal) -> None:
+    """Issue 13, finding 2: a step that cannot succeed is not retried every cycle."""
+    from slurmpolicy.errors import SlurmError
+
+    ex, rec = make(journal)
+    run(ex, snap(job(1), job(3, JobState.PENDING)), start(), signal())
+    rec.fail[("requeue", 1)] = SlurmError("Requested operation is presently disabled")
+    acked = snap(job(1, comment="ckpt:1001"), job(3, JobState.PENDING, reservation=RESV),
+                 reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    for now in (1002.0, 1003.0, 1004.0, 1005.0):
+        run(ex, acked, requeue(), now=now)
+    assert rec.calls.count(("requeue", 1)) == 3
+    p = journal.preemption(PID)
+    assert p is not None and p["state"] == "aborted"
+    assert p["reason"] == (f"preemption {PID} aborted: Slurm refused victim 1's requeue 3 times:"
+                           " Requested operation is presently disabled")
+    # The reservation is taken off the waiting beneficiary, then deleted.
+    assert rec.calls[-2:] == [("set_job_reservation", 3), ("delete_reservation", RESV)]
+
+
+def test_a_beneficiary_slurm_will_not_bind_ends_the_preemption_unsignalled(
+        journal: Journal) -> None:
+    from slurmpolicy.errors import SlurmError
+
+    ex, rec = make(journal)
+    rec.fail[("set_job_reservation", 3)] = SlurmError("Access denied to reservation")
+    s0 = snap(job(1), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    held = snap(job(1), job(3, JobState.PENDING),
+                reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    for now in (1001.0, 1002.0, 1003.0):
+        run(ex, held, signal(), now=now)
+    assert rec.calls.count(("set_job_reservation", 3)) == 3
+    assert ("signal", 1) not in rec.calls  # never signalled: the nodes were never its own
+    p = journal.preemption(PID)
+    assert p is not None and p["state"] == "aborted"
+    assert "Slurm refused naming reservation spolicy_p1 on beneficiary 3 3 times" in p["reason"]
+    assert rec.calls[-1] == ("delete_reservation", RESV)

@@ -28,7 +28,8 @@ def expected(body: bytes, account: str | None, partition: str | None,
     result = check_script(body, settings, Context(account=account, partition=partition))
     requeue = "1" if result.admin_comment and result.policy.can_checkpoint else None
     return Outcome(rc="0" if result.ok else "-1", admin=result.admin_comment, requeue=requeue,
-                   messages=["slurmpolicy: " + p.message for p in result.problems])
+                   messages=["slurmpolicy: warning: " + w for w in result.warnings]
+                   + ["slurmpolicy: " + p.message for p in result.problems])
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,8 @@ def _scripts(draw: st.DrawFn) -> bytes:
         if kind == 0:
             lines.append("#SBATCH -N 1")
         elif kind == 1:
-            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r"])))
+            lines.append(draw(st.sampled_from(["", "echo hi", "  # c", "#!/bin/sh", "\r", "\f",
+                                               "\x0b \t", " \r x"])))
         else:
             prefix = draw(st.sampled_from(["#SPOLICY ", "#SPOLICY\t", "#SPOLICY", "#spolicy ",
                                            "#SPOLICY  "]))

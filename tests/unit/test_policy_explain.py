@@ -107,6 +107,39 @@ def test_waiting_for_its_reservation_and_for_preemption():
     assert e.blocking_text.endswith("to finish: 1 of 1 victim(s) still to leave gpu01")
 
 
+def test_why_never_promises_a_start_the_held_nodes_cannot_give():
+    """Issue 13, finding 1: the beneficiary's estimate rests on nodes held for it
+    alone; before its reservation is named on it, or while another job sits on
+    the held nodes, no start is promised."""
+    from dataclasses import replace
+
+    from slurmpolicy.model import Reservation
+
+    b = ClusterBuilder(hosts=1)
+    b.run(101, "r", hosts=[1], admin_comment=RES)
+    b.pend(1, "p", admin_comment=d("production", "USR1"))
+    intents = apply_to_intents(Intents(), plan(b.snapshot(), b.fabric(), Settings(), Intents(),
+                                               b.now), b.now)
+    (p,) = intents.preemptions
+    e = why(b, 1, intents)
+    assert e.estimated_start is None
+    assert e.estimate_basis == (f"no start promised: reservation {p.reservation} is not (yet) "
+                                "in place for it alone")
+    # Held for it alone: the victims' deadline is the promise.
+    b.reservations = [Reservation(name=p.reservation, nodes=("gpu01",), start_time=b.now)]
+    b.jobs = [replace(j, reservation=p.reservation) if j.job_id == 1 else j for j in b.jobs]
+    intents = replace(intents, preemptions=(replace(p, victims=tuple(
+        replace(v, deadline=b.now + 300) for v in p.victims)),))
+    e = why(b, 1, intents)
+    assert e.estimated_start == b.now + 300
+    assert e.estimate_basis == "the victims' checkpoint deadlines"
+    # Another job took the held node: nothing is promised.
+    b.run(102, "r", hosts=[1], admin_comment=RES)
+    e = why(b, 1, intents)
+    assert e.estimated_start is None
+    assert e.estimate_basis == "no start promised: job(s) 102 run on the held nodes gpu01"
+
+
 def test_deferred_job():
     from slurmpolicy.settings import from_mapping
 

@@ -48,7 +48,7 @@ def test_production_job_preempts_lower_class_in_one_leaf():
     leaves = {fab.domain_of(h, __import__("slurmpolicy.topology.types", fromlist=["Level"])
                             .Level.LEAF) for h in start.nodes}
     assert len(leaves) == 1
-    assert start.reservation == "spolicy_pre_1"
+    assert start.reservation == f"spolicy_pre_1_{int(b.now)}"  # unique per preemption
     assert start.reason.startswith("job 1 (production, 16 GPUs) cannot start; preempting")
     assert "(research, r, checkpoints, loses 8.7 GPU-h)" in start.reason
 
@@ -297,7 +297,8 @@ def test_victim_that_ended_by_itself_is_not_requeued_and_preemption_finishes():
     p4 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 90)
     (fin,) = [a for a in p4.actions if isinstance(a, FinishPreemption)]
     assert not fin.aborted and fin.reason == "beneficiary 1 started"
-    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+    assert [a.name for a in p4.actions if isinstance(a, DeleteReservation)] == [
+        f"spolicy_pre_1_{int(b.now)}"]
     intents = apply_to_intents(intents, p4, b.now + 90)
     assert intents.preemptions[0].state is PreemptionState.DONE
     assert not intents.open_preemptions()
@@ -313,7 +314,8 @@ def test_beneficiary_leaving_aborts_the_rest():
     assert not [a for a in p3.actions if isinstance(a, Requeue)]
     (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
     assert fin.aborted and "beneficiary 1 left the queue" in fin.reason
-    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == ["spolicy_pre_1"]
+    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [
+        f"spolicy_pre_1_{int(b.now)}"]
 
 
 def test_beneficiary_that_no_longer_needs_it_aborts():
@@ -428,3 +430,34 @@ def test_not_enough_preemptible_hosts_is_explained():
     assert not starts(p)
     assert notes(p) == ["no preemption for job 1: even preempting every allowed job frees at "
                         "most 1 host(s) with 8 GPUs in one leaf; it needs 2"]
+
+
+def test_a_resized_beneficiary_or_one_naming_another_reservation_aborts():
+    """Issue 13, finding 2: every way a preemption can no longer help ends it."""
+    from dataclasses import replace
+
+    for change, words in (({"node_count": 2}, "was resized: it asks for 2 node(s), 1 are "
+                                              "held for it"),
+                          ({"reservation": "maint"}, "now asks for reservation maint")):
+        b = one_victim_cluster()
+        intents, _ = started(b)
+        b.jobs = [replace(j, **change) if j.job_id == 1 else j for j in b.jobs]
+        out = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+        (fin,) = [a for a in out.actions if isinstance(a, FinishPreemption)]
+        assert fin.aborted and words in fin.reason
+        assert not [a for a in out.actions if isinstance(a, Requeue)]
+
+
+def test_a_job_slurm_may_not_requeue_is_never_a_victim_and_a_victim_made_so_aborts():
+    from dataclasses import replace
+
+    b = one_victim_cluster()
+    b.jobs = [replace(j, requeue=False) if j.job_id != 1 else j for j in b.jobs]
+    out = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert not [a for a in out.actions if isinstance(a, StartPreemption)]
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    b.jobs = [replace(j, requeue=False) if j.job_id != 1 else j for j in b.jobs]
+    out = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 600)
+    (fin,) = [a for a in out.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "may no longer be requeued (Requeue=0)" in fin.reason

@@ -14,7 +14,7 @@ from slurmpolicy.daemon.executor import Executor
 from slurmpolicy.daemon.protocols import BatchSignals
 from slurmpolicy.errors import SlurmError
 from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, parse_admin_comment, render_admin_comment
-from slurmpolicy.model import Job, JobState, Reservation, Snapshot
+from slurmpolicy.model import Job, JobState, Snapshot
 from slurmpolicy.policy import apply_to_intents, plan
 from slurmpolicy.policy.actions import Intents, Plan, Requeue, SignalCheckpoint, StartPreemption
 from slurmpolicy.policy.scenario import ClusterBuilder
@@ -90,7 +90,7 @@ def _job(**kw: object) -> Job:
 
 
 def test_learned_needs_requeue_and_command_line_wins() -> None:
-    assert learned_checkpoint(_job(batch_signal="USR1@90")) is None  # not requeue-able
+    assert learned_checkpoint(_job(batch_signal="USR1@90", requeue=False)) is None
     ck = learned_checkpoint(_job(requeue=True, batch_signal="USR2@90",
                                  submit_line="sbatch --signal=B:TERM@30 x.sh"))
     assert ck is not None and (ck.signal, ck.target, ck.grace) == ("TERM", "batch", 30.0)
@@ -186,8 +186,7 @@ def _victim(**kw: object) -> Job:
 
 
 def _snap(*jobs: Job) -> Snapshot:
-    return Snapshot(taken_at=1000.0, slurm_version="22.05", cluster_name="t", jobs=jobs,
-                    reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    return Snapshot(taken_at=1000.0, slurm_version="22.05", cluster_name="t", jobs=jobs)
 
 
 def _run(ex: Executor, s: Snapshot, *actions: object, now: float) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
 from slurmpolicy.sim.trace import (
+    SacctReport,
     SyntheticSpec,
     TraceError,
     TraceRules,
@@ -72,7 +74,7 @@ SACCT_ALL = (
     "gres/gpu:h100=16,mem=64G,node=2|cpu=16,gres/gpu=16,node=2|2|COMPLETED|"
     "spolicy:v1 class=production ckpt=signal:USR1,grace=60\n"
     "101.batch|101.batch|batch||vision|||2025-01-01T10:05:00|2025-01-01T10:05:00|"
-    "2025-01-01T12:05:00|02:00:00|7200||||cpu=8,gres/gpu=8,node=1||1|COMPLETED|\n"
+    "2025-01-01T12:05:00|02:00:00|7200|||cpu=8,gres/gpu=8,node=1||1|COMPLETED|\n"
     "102|102|eval|prod|nlp|bob|normal|2025-01-01T10:10:00|2025-01-01T10:10:00|"
     "2025-01-01T10:20:00|00:10:00|600|UNLIMITED|UNLIMITED|cpu=1,gres/gpu=1,node=1||1|"
     "COMPLETED|\n"
@@ -103,8 +105,73 @@ def test_sacct_format_all_reader() -> None:
 def test_sacct_bad_input() -> None:
     with pytest.raises(TraceError, match="header"):
         read_sacct(io.StringIO("hello world\n"))
-    with pytest.raises(TraceError, match="fields, the header has"):
-        read_sacct(io.StringIO(SACCT_ALL.splitlines()[0] + "\n1|2\n"))
+    report = SacctReport()
+    assert read_sacct(io.StringIO(SACCT_ALL.splitlines()[0] + "\n1|2\n"), report=report) == []
+    assert report.skipped["unreadable rows"] == (1, ["line 2: 2 fields, the header has 19"])
+
+
+def test_sacct_row_with_the_delimiter_in_a_field_is_skipped_never_shifted() -> None:
+    header, first, *rest = SACCT_ALL.splitlines()
+    bad = first.replace("|train|", "|train|a|b|", 1)  # a JobName "train|a|b"
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO("\n".join([header, bad, *rest]) + "\n"), report=report)
+    assert [j.job_id for j in jobs] == [102]
+    count, examples = report.skipped["unreadable rows"]
+    assert count == 1 and examples[0].startswith("line 2: 21 fields, the header has 19: a field")
+    assert "1 job(s) read of 5 row(s) (1 job step(s) are not jobs)" in report.summary()
+    assert "1 without GPUs" in report.summary() and "1 never ran" in report.summary()
+
+
+def test_sacct_multi_line_field_is_read_when_it_closes() -> None:
+    header = "JobID|Submit|ElapsedRaw|AllocTRES|SubmitLine|State"
+    text = (f"{header}\n7|2025-01-01T10:00:00|60|gres/gpu=8|sbatch \\\n  --wrap 'x'|COMPLETED\n"
+            "8|2025-01-01T10:01:00|60|gres/gpu=1|sbatch y.sh|COMPLETED\n"
+            "9|2025-01-01T10:02:00|60|gres/gpu=1|unclosed\n")
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO(text), report=report)
+    assert [j.job_id for j in jobs] == [7, 8]
+    assert report.skipped["unreadable rows"][1] == ["line 5: 5 fields, the header has 6"]
+
+
+@pytest.mark.parametrize("delim", [";", ",", "\t", "::", "~"])
+def test_sacct_any_delimiter_and_parsable_trailing(delim: str) -> None:
+    text = SACCT_ALL.replace("|", delim) if delim != "," else SACCT_ALL.replace(
+        ",", "+").replace("|", ",")
+    jobs = read_sacct(io.StringIO(text))
+    assert [j.job_id for j in jobs] == [101, 102]
+    trailing = "".join(line + delim + "\n" for line in text.splitlines())
+    assert [j.job_id for j in read_sacct(io.StringIO(trailing))] == [101, 102]
+
+
+def test_sacct_missing_run_time_names_what_is_missing() -> None:
+    with pytest.raises(TraceError, match=r"lacks a run time \(Elapsed or ElapsedRaw, or Start"
+                                         r" and End\)"):
+        read_sacct(io.StringIO("JobID|Submit|AllocTRES\n1|2025-01-01T00:00:00|gres/gpu=1\n"))
+    with pytest.raises(TraceError, match=r"lacks Submit;"):
+        read_sacct(io.StringIO("JobID|ElapsedRaw|AllocTRES\n1|60|gres/gpu=1\n"))
+
+
+def test_sacct_json_v0_0_41_shapes() -> None:
+    doc = {"jobs": [
+        {"job_id": 5, "account": "a", "user": "u", "allocation_nodes": 2,
+         "state": {"current": ["COMPLETED"], "reason": "None"},
+         "time": {"submission": 1735725600, "elapsed": 3600,
+                  "limit": {"set": True, "infinite": False, "number": 120}},
+         "tres": {"allocated": [{"type": "cpu", "count": 32},
+                                {"type": "gres", "name": "gpu", "count": 16}]},
+         "comment": {"administrator": "spolicy:v1 class=production"}},
+        {"job_id": 6, "state": {"current": "RUNNING"}, "time": {"submission": 1735725660}},
+        {"job_id": 7, "state": {"current": ["COMPLETED"]},
+         "time": {"submission": 1735725700, "elapsed": 10}, "tres": {"allocated": []}},
+        "junk",
+    ]}
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO(json.dumps(doc)), TraceRules(), report=report)
+    assert [(j.job_id, j.nodes, j.gpus_per_node, j.time_limit, j.job_class) for j in jobs] == [
+        (5, 2, 8, 7200.0, "production")]
+    assert report.skipped["not finished"][0] == 1
+    assert report.skipped["without GPUs (no gres/gpu in AllocTRES or ReqTRES)"][0] == 1
+    assert report.skipped["unreadable rows"][1] == ["jobs[3]: no job_id"]
 
 
 def test_generator_is_deterministic_for_a_seed() -> None:
@@ -127,3 +194,21 @@ def test_synthetic_spec_parsing() -> None:
     assert len(load_trace("jobs=5", "synthetic", TraceRules())) == 5
     with pytest.raises(TraceError, match="allowed: philly, sacct, synthetic"):
         load_trace("x", "parquet", TraceRules())
+
+
+def test_sacct_noheader_dump_read_with_the_format_it_was_made_with() -> None:
+    rows = "7;2025-01-01T10:00:00;600;gres/gpu=4;COMPLETED\n8;2025-01-01T10:05:00;60;;FAILED\n"
+    with pytest.raises(TraceError, match=r"<trace>:1: the first line is a row.*--sacct-columns"):
+        read_sacct(io.StringIO(rows))
+    report = SacctReport()
+    jobs = read_sacct(io.StringIO(rows), report=report,
+                      columns="JobID,Submit,ElapsedRaw,AllocTRES,State")
+    assert [(j.job_id, j.gpus, j.duration) for j in jobs] == [(7, 4, 600.0)]
+    assert report.skipped["without GPUs (no gres/gpu in AllocTRES or ReqTRES)"][1] == ["line 2"]
+    trailing = "".join(line + ";\n" for line in rows.splitlines())  # --parsable
+    assert len(read_sacct(io.StringIO(trailing), columns="JobID,Submit,ElapsedRaw,AllocTRES,"
+                                                          "State")) == 1
+    with pytest.raises(TraceError, match="no delimiter splits this row into the 3 columns"):
+        read_sacct(io.StringIO(rows), columns="JobID,Submit,State")
+    with pytest.raises(TraceError, match="with JobID"):
+        read_sacct(io.StringIO(rows), columns="Submit,State")

@@ -1,13 +1,13 @@
 """`slurmpolicy fabric show | check | render | place` on the devcluster's files, without Slurm."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from slurmpolicy.cli import cli
-from slurmpolicy.errors import TopologyError
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).parents[2] / "contrib" / "fabric.example.toml"
@@ -81,6 +81,25 @@ def test_bad_topology_conf_is_one_line_error(monkeypatch, tmp_path):
 
 
 def test_fabric_file_option(run):
-    # The example names hosts (gb001..) the devcluster's Slurm does not know.
-    with pytest.raises(TopologyError, match=r"fabric.example.toml:17.*gb\[001-036\] not known"):
-        run("check", "--no-slurm", "--fabric-file", str(EXAMPLE))
+    # The example names hosts (gb001..) the devcluster's Slurm does not know: as Slurm
+    # does with such names in topology.conf, they are left out with a warning.
+    r = run("check", "--no-slurm", "--fabric-file", str(EXAMPLE), "--json")
+    data = json.loads(r.output)
+    assert any(re.search(r"fabric.example.toml:17.*gb\[001-036\] not known to Slurm; left out", w)
+               for w in data["warnings"]), data["warnings"]
+
+
+def test_check_says_how_each_hosts_gpus_talk(run, tmp_path):
+    corpus = Path(__file__).resolve().parents[1] / "corpus" / "nvsmi"
+    topo = tmp_path / "topo"
+    topo.mkdir()
+    # The devcluster's hosts dgx01..: one NVSwitch board, one PCIe-only box.
+    (topo / "dgx01.txt").write_text((corpus / "mleng-h100-nv18.txt").read_text())
+    (topo / "dgx02.txt").write_text((corpus / "club3090-46-5gpu-pcie.txt").read_text())
+    r = run("check", "--no-slurm", "--nvidia-smi-topo", str(topo / "*.txt"), "--json")
+    data = json.loads(r.output)
+    assert data["interconnect"] == {"nvlink": "dgx01", "pcie": "dgx02"}
+    assert any("dgx02 has no NVLink" in w for w in data["warnings"])
+    r = run("check", "--no-slurm", "--nvidia-smi-topo", str(topo / "*.txt"))
+    assert "dgx02: PCIe only, no NVLink" in r.output
+    assert "dgx01: GPUs NVLinked all to all" in r.output

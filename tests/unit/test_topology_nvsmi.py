@@ -44,7 +44,7 @@ def test_ansi_underlined_header_and_pcie_only_box():
             "  NV#  = Connection traversing a bonded set of # NVLinks\n")
     host = parse_topo_matrix(text, "ws1", "ws1.txt")
     assert host.gpus == 2 and nvlink_width(host) is None
-    assert "not NVLinked" in host.origin["nvlink_warning"]
+    assert "it is a PCIe host, not an NVLink domain" in host.origin["nvlink_warning"]
 
 
 @pytest.mark.parametrize("mutate, line, words", [
@@ -94,3 +94,23 @@ def test_files_feed_the_fabric_and_gpu_counts_are_checked(tmp_path):
     with pytest.raises(TopologyError, match="matches no file"):
         Fabric.from_sources(nodes, None, tmp_path / "slurm.conf",
                             nvidia_smi_topo=str(tmp_path / "none*.txt"))
+
+
+def test_header_variants_at_column_zero_glued_and_with_a_separator():
+    rows = ("GPU0\t X \tNV4\t0-15\t0\nGPU1\tNV4\t X \t0-15\t0\n")
+    for header in ("GPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n",          # at column 0
+                   "GPU0GPU1CPU AffinityNUMA Affinity\n",                # separators lost
+                   "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+                   "-------------------------------------------\n"):     # a dashed rule
+        host = parse_topo_matrix("$ nvidia-smi topo -m\n" + header + rows + "```\n", "w", "w")
+        assert host.gpus == 2 and nvlink_width(host) == 4
+        assert host.gpu_links[1].cpu_affinity == "0-15" and host.gpu_links[1].numa_affinity == "0"
+
+
+def test_soc_is_read_as_sys_with_a_note():
+    text = ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-11\nGPU1\tSOC\t X \t12-23\n\n"
+            "Legend:\n\n  X   = Self\n  SOC = Path traverses a socket-level link (e.g. QPI)\n")
+    host = parse_topo_matrix(text, "k80", "k80.txt")
+    assert host.gpu_links[0].pcie == {1: "SYS"}
+    assert "uses SOC (drivers before 2017); read as SYS" in host.origin["nvlink_warning"]
+    assert "it is a PCIe host, not an NVLink domain" in host.origin["nvlink_warning"]
