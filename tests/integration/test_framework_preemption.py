@@ -149,8 +149,9 @@ def _our_requeues(daemon: DaemonRunner, victim: int) -> list[str]:
 
 def _finish(cluster: LiveCluster, wd: Path, holder: int, victim: int,
             beneficiary: int) -> None:
+    # The holder only kept the other node busy; it is let go (the cluster's
+    # teardown ends it if it has not ended yet) and was never preempted.
     cluster.release(holder, wd)
-    cluster.wait_state(holder, "COMPLETED", timeout=180)
     records = assert_no_job_lost(cluster, [holder, victim, beneficiary])
     assert records[victim]["Restarts"] == "1"  # exactly one requeue
     assert records[holder]["Restarts"] == "0"
