@@ -49,6 +49,7 @@ local CONFIG = {
   },
   ["class_order"] = { "production", "research", "experimental" },
   ["crlf_problem"] = "script: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert with dos2unix)",
+  ["default_class"] = "research",
   ["default_grace"] = 120,
   ["levels"] = { "nvlink", "leaf", "spine", "any" },
   ["limits"] = {
@@ -68,6 +69,7 @@ local CONFIG = {
   },
   ["names"] = { "class", "checkpoint", "preemptible", "topology", "expected-runtime", "gpu-type", "min-gpu-memory", "data", "deferrable" },
   ["no_checkpoint_partitions"] = {},
+  ["pools"] = {},
   ["range_text"] = {
     ["after"] = "from 0s to 30d",
     ["deadline"] = "from 1s to 30d",
@@ -651,6 +653,184 @@ local function is_admin(uid)
   return contains(CONFIG.admin_uids, tonumber(uid))
 end
 
+-- ------------------------------------------------------------------ pools --
+-- Routing of a job that names no partition; same rule and messages as
+-- slurmpolicy.pools (route, why_not, gpu_request). CONFIG.pools is in order.
+
+local VENDORS = { "nvidia", "amd", "intel" }
+
+-- (GPUs, type or nil) of a gres request: gpu:h100:8, gres:gpu:8, gres/gpu:mi250:2, gpu.
+local function gpu_request(text)
+  local count, gtype, shards = 0, nil, false
+  for entry in gmatch((text or "") .. ",", "([^,]*),") do
+    entry = smatch(entry, "^[ \t]*(.-)[ \t]*$")
+    local body = smatch(entry, "^gres[:/](.*)$") or entry
+    if body == "shard" or ssub(body, 1, 6) == "shard:" then shards = true end
+    local rest = nil
+    if body == "gpu" then rest = "" else rest = smatch(body, "^gpu:(.*)$") end
+    if rest ~= nil then
+      local first, second = smatch(rest, "^([^:,]+):([0-9]+)$")
+      if first then
+        count = count + tonumber(second)
+        gtype = first
+      elseif rest == "" then
+        count = count + 1
+      elseif sfind(rest, "^[0-9]+$") then
+        count = count + tonumber(rest)
+      elseif sfind(rest, "^[^:,]+$") then
+        count = count + 1
+        gtype = rest
+      end
+    end
+  end
+  -- A request of shards only is one slice of type "shard".
+  if count == 0 and shards then return 1, "shard" end
+  return count, gtype
+end
+
+local function pool_label(p)
+  return "pool " .. p.name .. " (partition " .. p.partition .. ")"
+end
+
+-- Why pool p can never run request r (nil: it can).
+local function why_not(p, r)
+  if #p.classes > 0 and not contains(p.classes, r.job_class) then
+    return "class " .. r.job_class .. " is not one of its classes (" .. join(p.classes) .. ")"
+  end
+  if p.typed_only and not r.gpu_type then
+    return "it takes only jobs that ask for its GPU type or vendor"
+  end
+  if r.gpu_type then
+    local want = lower(r.gpu_type)
+    if contains(VENDORS, want) then
+      if p.vendor ~= "" and p.vendor ~= want then
+        return "its GPUs are " .. p.vendor .. ", not " .. want
+      end
+    elseif #p.gpu_types > 0 and not contains(p.gpu_types, want) then
+      return "it has no " .. r.gpu_type .. " GPUs (only " .. p.gpu_types_text .. ")"
+    end
+  end
+  if r.min_gpu_memory_gb and r.min_gpu_memory_gb > 0 and p.gpu_memory_gb > 0
+     and p.gpu_memory_gb < r.min_gpu_memory_gb then
+    return "its GPUs have " .. int(p.gpu_memory_gb) .. " GB, the job needs "
+           .. int(r.min_gpu_memory_gb) .. " GB"
+  end
+  if p.slices then
+    if r.gpus < 1 then return "a slice pool takes only jobs that ask for a GPU" end
+    if r.gpus > 1 or r.nodes > 1 then
+      return "the job asks " .. int(r.gpus) .. " GPUs on " .. int(r.nodes)
+             .. " node(s); a slice pool takes at most one GPU on one node"
+    end
+  end
+  if r.gpus < p.min_gpus then
+    return "the job asks " .. int(r.gpus) .. " GPUs; the pool takes at least " .. int(p.min_gpus)
+  end
+  if p.max_gpus > 0 and r.gpus > p.max_gpus then
+    return "the job asks " .. int(r.gpus) .. " GPUs; the pool takes at most " .. int(p.max_gpus)
+  end
+  if p.gpus_per_node > 0 and r.gpus_per_node > p.gpus_per_node then
+    return "the job asks " .. int(r.gpus_per_node) .. " GPUs per node; its nodes have "
+           .. int(p.gpus_per_node)
+  end
+  if p.nodes > 0 and r.nodes > p.nodes then
+    return "the job asks " .. int(r.nodes) .. " nodes; the pool has " .. int(p.nodes)
+  end
+  if p.capacity > 0 and r.gpus > p.capacity then
+    return "the job asks " .. int(r.gpus) .. " GPUs; the pool has " .. int(p.capacity)
+  end
+  return nil
+end
+
+-- { partitions = {...}, pool = name|nil, text = "...", refused = "..."|nil }
+local function route(r)
+  local pools = CONFIG.pools
+  if #pools == 0 then return { partitions = {} } end
+  if r.partition ~= nil and r.partition ~= "" then
+    local reasons = {}
+    for part in gmatch(r.partition, "[^,]+") do
+      local p = nil
+      for i = 1, #pools do
+        if pools[i].partition == part and p == nil then p = pools[i] end
+      end
+      if p == nil then
+        return { partitions = {}, text = "kept its partition " .. r.partition .. " (not a pool)" }
+      end
+      local reason = why_not(p, r)
+      if reason == nil then
+        return { partitions = {}, pool = p.name,
+                 text = "kept its partition " .. r.partition .. " (" .. pool_label(p) .. ")" }
+      end
+      reasons[#reasons + 1] = pool_label(p) .. ": " .. reason
+    end
+    local able = {}
+    for i = 1, #pools do
+      if why_not(pools[i], r) == nil then able[#able + 1] = pool_label(pools[i]) end
+    end
+    local allowed = join(able)
+    if allowed == "" then allowed = "no pool of this cluster" end
+    return { partitions = {}, refused = "partition " .. r.partition
+             .. " can never run this job: " .. tconcat(reasons, "; ") .. "; allowed: " .. allowed }
+  end
+  local skipped, primary, extra = {}, nil, {}
+  for i = 1, #pools do
+    local p = pools[i]
+    local reason = why_not(p, r)
+    if p.slices then
+      if reason == nil then extra[#extra + 1] = p end
+    elseif primary == nil then
+      if reason == nil then
+        primary = p
+      else
+        skipped[#skipped + 1] = p.name .. ": " .. reason
+      end
+    end
+  end
+  if primary == nil and #extra == 0 then
+    local every = {}
+    for i = 1, #pools do every[#every + 1] = pools[i].name .. ": " .. why_not(pools[i], r) end
+    return { partitions = {}, refused = "no pool can ever run this job (" .. tconcat(every, "; ")
+             .. "); allowed: a job that fits one of these pools, or #SBATCH --partition=" }
+  end
+  local chosen = {}
+  if primary then chosen[1] = primary end
+  for i = 1, #extra do chosen[#chosen + 1] = extra[i] end
+  local text = "routed to " .. pool_label(chosen[1])
+  local labels = {}
+  if primary ~= nil and #extra > 0 then
+    for i = 1, #extra do labels[#labels + 1] = pool_label(extra[i]) end
+    text = text .. ", or a GPU slice in " .. join(labels) .. " when whole GPUs are scarce"
+  elseif #chosen > 1 then
+    for i = 2, #chosen do labels[#labels + 1] = pool_label(chosen[i]) end
+    text = text .. ", or " .. join(labels)
+  end
+  if #skipped > 0 then text = text .. "; not " .. tconcat(skipped, "; ") end
+  local parts = {}
+  for i = 1, #chosen do parts[i] = chosen[i].partition end
+  return { partitions = parts, pool = chosen[1].name, text = text }
+end
+
+local function count_or(value, default)
+  local n = tonumber(value)
+  if n == nil or n <= 0 or n >= 4294967294 then return default end
+  return n
+end
+
+-- The routing request of a job_desc (as slurmctld hands it to the plugin).
+local function request_of(job_desc, fields)
+  local nodes = count_or(job_desc.min_nodes, 1)
+  local per_node, gtype = gpu_request(job_desc.tres_per_node)
+  local gpus
+  if per_node > 0 then
+    gpus = per_node * nodes
+  else
+    gpus, gtype = gpu_request(job_desc.tres_per_job)
+    if gpus > 0 then per_node = floor((gpus + nodes - 1) / nodes) end
+  end
+  return { job_class = fields.job_class or CONFIG.default_class, gpus = gpus, nodes = nodes,
+           gpus_per_node = per_node, gpu_type = gtype or fields.gpu_type,
+           min_gpu_memory_gb = fields.min_gpu_memory_gb, partition = job_desc.partition }
+end
+
 -- -------------------------------------------------------- the entry points --
 
 local function default_partition(part_list)
@@ -686,8 +866,28 @@ local function submit(job_desc, part_list, submit_uid)
                    .. result.problems[1])
     return slurm.ERROR
   end
-  if result.directives > 0 then
+  if #CONFIG.pools > 0 then
+    local r = request_of(job_desc, result.fields)
+    local routed = route(r)
+    if routed.refused then
+      slurm.log_user("%s", "slurmpolicy: " .. routed.refused)
+      slurm.log_info("%s", "slurmpolicy: refused a job of uid " .. tostring(submit_uid) .. ": "
+                     .. routed.refused)
+      return slurm.ERROR
+    end
+    if #routed.partitions > 0 then
+      job_desc.partition = tconcat(routed.partitions, ",")
+      slurm.log_user("%s", "slurmpolicy: " .. routed.text)
+    end
+  end
+  -- An elastic job (--nodes=MIN-MAX): Slurm reports only the allocated count
+  -- once it runs, so its range is kept with the directives (nodes=MIN-MAX).
+  local range = nil
+  local lo, hi = count_or(job_desc.min_nodes, 0), count_or(job_desc.max_nodes, 0)
+  if lo > 0 and hi > lo then range = "nodes=" .. int(lo) .. "-" .. int(hi) end
+  if result.directives > 0 or range ~= nil then
     job_desc.admin_comment = render(result.fields)
+    if range ~= nil then job_desc.admin_comment = job_desc.admin_comment .. " " .. range end
     local ck = result.fields.checkpoint
     if CONFIG.set_requeue and ck and (ck.signal or ck.periodic) then job_desc.requeue = 1 end
   elseif not is_admin(submit_uid) and sfind(job_desc.admin_comment or "", "spolicy:", 1, true) then
@@ -762,7 +962,8 @@ end
 -- For tests and tools (a pure-logic harness loads this file under lua5.x).
 _SPOLICY = {
   config = CONFIG, scan = scan, render = render, parse_duration = parse_duration,
-  suggest = suggest, submit = submit, modify = modify,
+  suggest = suggest, submit = submit, modify = modify, route = route,
+  gpu_request = gpu_request, request_of = request_of,
 }
 
 slurm.log_info("%s", "slurmpolicy: job_submit.lua loaded (" .. CONFIG.version .. ", "

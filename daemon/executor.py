@@ -19,6 +19,10 @@ Rules held here, whatever the plan says:
   answers mean the goal is reached;
 - at most ``settings.daemon.max_slurm_calls_per_cycle`` calls per cycle,
   the safety-relevant ones (requeue, finish, signal) first;
+- site factors are written in batches: the jobs that get the same value go
+  in one call (``scontrol update jobid=1,2,3 sitefactor=V``, at most
+  ``SITE_FACTOR_BATCH`` jobs), one journal step per call and one audit row
+  per job;
 - a new preemption in one cycle: journal it, reserve its nodes (a reservation
   that is not MAGNETIC, so no job uses it unless it names it), name that
   reservation on the beneficiary (``scontrol update jobid=N
@@ -99,6 +103,8 @@ PREEMPTION_FLAGS = ("IGNORE_JOBS",)
 #: Reservations of a preemption last the beneficiary's time limit plus this,
 #: or a day when it has none; they are deleted once the work is done.
 _DEFAULT_RESERVATION = 86400.0
+#: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
+SITE_FACTOR_BATCH = 1000
 #: A preemption whose reservation Slurm refused this often is aborted.
 _RESERVE_TRIES = 3
 _RESERVATION_MARGIN = 3600.0
@@ -207,6 +213,10 @@ class Executor:
         self._annotations: dict[int | None, tuple[str, int, float] | None] = {}
         #: Refused acks already audited, by (preemption, job, restart, what).
         self._refused_noted: set[tuple[str, int, int, str]] = set()
+        #: Elastic victims requeued to be shrunk (policy/elastic.py): job id ->
+        #: the Requeue. Kept in memory: after a daemon restart the victim simply
+        #: restarts at its old size, as Slurm leaves it.
+        self._shrinks: dict[int, Requeue] = {}
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -251,11 +261,17 @@ class Executor:
 
     def _audit(self, action: Action | None, kind: str, reason: str, outcome: str, *,
                job_id: int | None = None, jobs: tuple[int, ...] = (),
-               detail: dict[str, Any] | None = None, at: float | None = None) -> int:
+               detail: dict[str, Any] | None = None, at: float | None = None,
+               quiet: bool = False) -> int:
         self._report.outcomes[(kind, outcome.split(":", 1)[0])] += 1
         record = self.journal.audit(kind, reason, outcome, job_id=job_id, jobs=jobs,
                                     detail=detail, dry_run=self.dry_run, at=at)
-        log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
+        if outcome.startswith("failed"):
+            # Slurm refused: one line naming the job and where its story is.
+            log.warning("%s job=%s %s; planned again next cycle (slurmpolicy log --job %s)",
+                        kind, job_id, outcome, job_id)
+        elif not quiet:
+            log.info("%s job=%s %s: %s", kind, job_id, outcome, reason)
         return record
 
     # ----------------------------------------------------------- reconcile
@@ -463,8 +479,14 @@ class Executor:
         pending = list(actions)
         try:
             self._cleanup_orphans(snapshot)
+            self._shrink_requeued(snapshot)
             while pending and not self.should_stop():
                 action = pending[0]
+                if isinstance(action, SetSiteFactor) and not self.dry_run:
+                    batch = [a for a in pending if isinstance(a, SetSiteFactor)]
+                    pending = [a for a in pending if not isinstance(a, SetSiteFactor)]
+                    self._site_factors(batch, snapshot, now, pending)
+                    continue
                 self._one(action, snapshot, now)
                 pending.pop(0)
         except CallBudgetExhausted:
@@ -522,6 +544,73 @@ class Executor:
             self.journal.set_site_factor(a.job_id, a.site_factor)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"site_factor": a.site_factor, "previous": a.previous})
+
+    def _site_factors(self, actions: list[SetSiteFactor], snapshot: Snapshot, now: float,
+                      pending: list[Action]) -> None:
+        """Every SetSiteFactor of the plan, jobs that share a value in one call.
+
+        Batches go largest change first (the plan's order); when the call
+        budget runs out, what is left goes back on ``pending`` (deferred).
+        """
+        groups: dict[int, list[SetSiteFactor]] = {}
+        for a in actions:
+            groups.setdefault(a.site_factor, []).append(a)
+        batches = [chunk[i:i + SITE_FACTOR_BATCH] for chunk in groups.values()
+                   for i in range(0, len(chunk), SITE_FACTOR_BATCH)]
+        for n, batch in enumerate(batches):
+            if self.should_stop():
+                pending[:0] = [a for b in batches[n:] for a in b]
+                return
+            try:
+                self._site_factor_batch(batch, snapshot, now)
+            except CallBudgetExhausted:
+                pending[:0] = [a for b in batches[n:] for a in b]
+                raise
+
+    def _site_factor_batch(self, batch: list[SetSiteFactor], snapshot: Snapshot,
+                           now: float) -> None:
+        assert self.client is not None
+        client = self.client
+        write = getattr(client, "set_site_factors", None)
+        if write is None or len(batch) == 1:
+            # One job, or an adapter without batches: the single-job call.
+            for a in batch:
+                self._do_SetSiteFactor(a, snapshot, now)
+            return
+        value = batch[0].site_factor
+        ids = [a.job_id for a in batch]
+        refused: dict[int, SlurmError] = {}
+
+        def call() -> None:
+            refused.update(write(ids, value))
+
+        status, msg = self._call(f"sitefactor:{value}:{ids[0]}:{len(ids)}", "sitefactor", call,
+                                 params={"site_factor": value, "jobs": ids})
+        rows = []
+        for a in batch:
+            error = refused.get(a.job_id)
+            if status != OK:
+                outcome = _outcome(status, msg)
+            elif error is None:
+                outcome = "ok"
+            elif isinstance(error, (JobGone, JobAlreadyFinished)):
+                outcome = f"reached: {type(error).__name__}"
+            else:
+                outcome = f"failed: {error.slurm_message or error}"
+            self._report.outcomes[(a.kind, outcome.split(":", 1)[0])] += 1
+            rows.append((a.job_id, a.reason, outcome,
+                         {"site_factor": a.site_factor, "previous": a.previous,
+                          "batch": len(ids)}))
+        with self.journal.transaction():
+            if status == OK:
+                self.journal.set_site_factors({j: value for j in ids if j not in refused})
+            self.journal.audit_many("SetSiteFactor", rows, dry_run=self.dry_run)
+        refusals = [f"job {j}: {e}" for j, e in refused.items()
+                    if not isinstance(e, (JobGone, JobAlreadyFinished))]
+        (log.warning if status != OK or refusals else log.info)(
+            "SetSiteFactor site_factor=%d jobs=%d call=1 %s%s", value, len(ids),
+            "ok" if status == OK else _outcome(status, msg),
+            f"; {len(refusals)} refused ({'; '.join(refusals[:3])})" if refusals else "")
 
     def _do_SetBeginTime(self, a: SetBeginTime, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
@@ -841,9 +930,53 @@ class Executor:
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
                     detail={"after": state.value, "why": a.after,
                             "restart_count": a.restart_count})
+        if status == OK and a.shrink_to is not None and a.shrink_min is not None:
+            self._shrinks[a.job_id] = a
         if status == FAILED:
             self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s requeue",
                                          snapshot)
+
+    def _shrink_requeued(self, snapshot: Snapshot) -> None:
+        """Set the node range of elastic victims requeued to be shrunk, once Slurm
+        shows them pending and no longer completing (policy/elastic.py).
+
+        Not during the completion: the update makes the job eligible at once,
+        and Slurm could start it on a node its old run still occupies (the
+        launch then fails). Until then Slurm's requeue delay (BeginTime, about two
+        minutes) holds it back; the shrink lifts it (``StartTime=now``).
+        """
+        for job_id, a in list(self._shrinks.items()):
+            job = snapshot.job(job_id)
+            if job is not None and "COMPLETING" in job.state_flags:
+                continue  # 22.05 shows it COMPLETING, 25.11 PENDING+COMPLETING: wait
+            self._shrinks.pop(job_id)
+            if job is None or not job.is_pending:
+                if job is not None and job.is_running:
+                    self._audit(a, "ShrinkElastic", f"elastic victim {job_id} restarted before"
+                                " it could be shrunk", "skipped: already running",
+                                job_id=job_id)
+                continue
+            self._shrink(a)
+
+    def _shrink(self, a: Requeue) -> None:
+        """An elastic victim, requeued and pending: restart it smaller. Journalled
+        once per restart; a failure leaves it at its old size, and says so."""
+        assert self.client is not None and a.shrink_to is not None and a.shrink_min is not None
+        client, lo, hi = self.client, a.shrink_min, a.shrink_to
+
+        def shrink() -> None:
+            client.set_node_count(a.job_id, lo, hi)
+            # Its old run is over: no need for Slurm's requeue delay (BeginTime).
+            client.set_begin_time(a.job_id, None)
+
+        status, msg = self._call(
+            f"shrink:{a.job_id}:{a.restart_count}", "shrink", shrink, job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"min_nodes": lo, "max_nodes": hi}, reached=(JobGone,))
+        self._audit(a, "ShrinkElastic",
+                    f"elastic victim {a.job_id} requeued at {lo}-{hi} node(s) instead of its "
+                    "old size", _outcome(status, msg), job_id=a.job_id,
+                    detail={"min_nodes": lo, "max_nodes": hi})
 
     def _give_up_after_refusals(self, pid: str, key: str, what: str,
                                 snapshot: Snapshot) -> bool:

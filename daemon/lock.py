@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from slurmpolicy.errors import SlurmPolicyError
+from slurmpolicy.errors import ConfigError, SlurmPolicyError
 
 LOCK_NAME = "daemon.lock"
 
@@ -29,8 +29,18 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        directory = self.path.parent
+        try:
+            if not directory.exists():
+                # Private whatever the umask: the journal beside it is nobody else's.
+                directory.mkdir(mode=0o700, parents=True)
+                os.chmod(directory, 0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ConfigError(
+                f"{self.path}: cannot create the daemon's lock: {exc.strerror}; the state"
+                " directory must be writable by the daemon's user - at `$.daemon.state_dir`"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

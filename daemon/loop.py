@@ -19,6 +19,15 @@ One cycle::
 
 Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
 signalled victim awaits its requeue (so an ack is acted on within seconds).
+
+A failed cycle is one log line naming what failed and the fix, and is
+counted by reason (``slurmpolicy_cycle_failures{reason=...}``). Slurm being
+away is waited out (back-off, watchdog still fed: a restart would not help).
+A daemon that cannot do its own job (journal unwritable, corrupt or full,
+fabric or internal errors) for ``UNHEALTHY_AFTER`` cycles in a row stops
+feeding the systemd watchdog, so that systemd sees it fail rather than a
+daemon that pretends; a settings reload that fails keeps the last good
+settings and says why in the log and in ``slurmpolicy_settings_stale``.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import msgspec
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.daemon.executor import CycleReport, Executor
@@ -46,17 +58,28 @@ from slurmpolicy.daemon.metrics import (
 )
 from slurmpolicy.daemon.notify import Notifier
 from slurmpolicy.daemon.protocols import BatchSignals, with_victims
-from slurmpolicy.errors import ConfigError, SlurmPolicyError, SlurmUnavailable
+from slurmpolicy.errors import (
+    ConfigError,
+    JournalError,
+    SlurmError,
+    SlurmPolicyError,
+    SlurmUnavailable,
+    TopologyError,
+)
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import VictimState
 from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.settings import Settings
 from slurmpolicy.slurm.client import SlurmClient
-from slurmpolicy.store import Journal
+from slurmpolicy.store import Journal, journal_failure
 
 log = logging.getLogger("slurmpolicy.daemon")
 
 Planner = Callable[..., Any]
+#: Own failures in a row after which the systemd watchdog is no longer fed.
+UNHEALTHY_AFTER = 3
+#: Failure reasons that are Slurm's, not the daemon's: waited out, watchdog fed.
+EXTERNAL = frozenset({"slurm_unavailable", "snapshot_stale"})
 FabricLoader = Callable[[Snapshot, Settings], Any]
 
 
@@ -69,6 +92,25 @@ class CycleResult:
     report: CycleReport | None = None
     actions: int = 0
     message: str = ""
+    #: Why it failed, for the metrics: slurm_unavailable, snapshot_stale,
+    #: journal_corrupt, journal_readonly, journal_full, journal, fabric,
+    #: settings, slurm_error, internal; "" when it did not.
+    reason: str = ""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The metrics label of what made a cycle fail."""
+    if isinstance(exc, SlurmUnavailable):
+        return "slurm_unavailable"
+    if isinstance(exc, JournalError):
+        return exc.reason
+    if isinstance(exc, TopologyError):
+        return "fabric"
+    if isinstance(exc, ConfigError):
+        return "settings"
+    if isinstance(exc, SlurmError):
+        return "slurm_error"
+    return "internal"
 
 
 def slurm_conf_path() -> Path | None:
@@ -143,6 +185,8 @@ class Daemon:
         self._stop = threading.Event()
         self._reload = False
         self._failures = 0
+        #: Failed cycles in a row whose cause is the daemon's own (see EXTERNAL).
+        self.own_failures = 0
         self.cycles = 0
         self._last_watchdog = 0.0
         self._last_prune = 0.0
@@ -247,7 +291,8 @@ class Daemon:
                     # A bug in a planner or adapter must not stop the daemon: the
                     # journal is consistent after every step, so back off and retry.
                     log.exception("cycle %d failed unexpectedly", self.cycles)
-                    result = self._fail("error", f"internal error: {exc!r}", time.monotonic())
+                    result = self._finish(self._fail("error", f"internal error: {exc!r}",
+                                                     time.monotonic(), "internal"))
                 self._prune()
                 self.notifier.status(self._status_line(result))
                 if once:
@@ -323,7 +368,15 @@ class Daemon:
                 self._feed_watchdog()
             self._stop.wait(step)
 
+    @property
+    def healthy(self) -> bool:
+        """False once the daemon's own failures ran UNHEALTHY_AFTER cycles in a row."""
+        return self.own_failures < UNHEALTHY_AFTER
+
     def _feed_watchdog(self) -> None:
+        if not self.healthy:
+            # Let systemd see a daemon that cannot do its job (WatchdogSec=).
+            return
         self.notifier.watchdog()
         self._last_watchdog = time.monotonic()
 
@@ -336,10 +389,18 @@ class Daemon:
         try:
             fresh = settings_mod.load(self.settings_path)
         except ConfigError as exc:
-            log.error("settings not reloaded, keeping the old ones: %s", exc)
+            log.error("settings not reloaded, keeping the last good ones: %s", exc)
+            self.metrics.settings_refused(str(exc))
         else:
             if fresh.daemon.state_dir != self.settings.daemon.state_dir:
                 log.error("daemon.state_dir changed; it takes effect only on restart")
+                # The journal and the lock stay where they are until then.
+                fresh = msgspec.structs.replace(
+                    fresh, daemon=msgspec.structs.replace(
+                        fresh.daemon, state_dir=self.settings.daemon.state_dir))
+            if fresh.metrics != self.settings.metrics:
+                log.warning("metrics settings changed; they take effect only on restart")
+            self.metrics.settings_accepted()
             self.settings = fresh
             if self.executor is not None:
                 self.executor.settings = fresh
@@ -399,7 +460,10 @@ class Daemon:
     def _in_flight(self) -> int:
         if self.journal is None:
             return 0
-        return len(self.journal.preemptions(open_only=True))
+        try:
+            return len(self.journal.preemptions(open_only=True))
+        except sqlite3.Error:  # the cycle already said what is wrong with the journal
+            return 0
 
     def cycle(self) -> CycleResult:
         """One pass; never raises for Slurm being away (it backs off instead)."""
@@ -413,13 +477,14 @@ class Daemon:
             snapshot = self.client.snapshot()
         except SlurmUnavailable as exc:
             return self._finish(self._fail("unavailable", f"Slurm does not answer: {exc}",
-                                           started))
+                                           started, "slurm_unavailable"))
         now = self.clock()
         age = now - snapshot.taken_at
         if age > self.settings.daemon.max_snapshot_age:
             return self._finish(self._fail(
                 "stale", f"snapshot is {age:.0f}s old (limit "
-                f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started))
+                f"{self.settings.daemon.max_snapshot_age:.0f}s); cycle skipped", started,
+                "snapshot_stale"))
         self._last_snapshot = snapshot
         if self.lease is not None:
             try:
@@ -448,9 +513,17 @@ class Daemon:
         except SlurmUnavailable as exc:
             return self._finish(self._fail("unavailable",
                                            f"Slurm stopped answering mid-cycle: {exc}", started))
+        except sqlite3.Error as exc:
+            failure = journal_failure(self.journal.path, exc)
+            return self._finish(self._fail("error", f"cycle failed: {failure}", started,
+                                           failure.reason))
+        except OSError as exc:  # the state directory (fabric files are read as TopologyError)
+            failure = journal_failure(self.journal.path, exc)
+            return self._finish(self._fail("error", f"cycle failed: {failure}", started,
+                                           failure.reason))
         except SlurmPolicyError as exc:
-            log.error("cycle failed: %s", exc)
-            return self._finish(self._fail("error", str(exc), started))
+            return self._finish(self._fail("error", f"cycle failed: {exc}", started,
+                                           failure_reason(exc)))
         self._failures = 0
         result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
         return self._finish(result, snapshot, fabric, now)
@@ -477,10 +550,25 @@ class Daemon:
             self._standby_said = said
         return CycleResult("standby", time.monotonic() - started, None, 0, status)
 
-    def _fail(self, kind: str, message: str, started: float) -> CycleResult:
+    def _fail(self, kind: str, message: str, started: float,
+              reason: str = "slurm_unavailable") -> CycleResult:
         self._failures += 1
-        log.warning("%s", message)
-        return CycleResult(kind, time.monotonic() - started, None, 0, message)
+        if reason in EXTERNAL:
+            log.warning("%s", message)
+        else:
+            log.error("%s", message)
+        return CycleResult(kind, time.monotonic() - started, None, 0, message, reason)
+
+    def _observe_failure(self, result: CycleResult) -> None:
+        """Count the daemon's own failures in a row; say when the watchdog starves."""
+        if not result.reason or result.reason in EXTERNAL:
+            self.own_failures = 0 if not result.reason else self.own_failures
+            return
+        self.own_failures += 1
+        if self.own_failures == UNHEALTHY_AFTER:
+            log.error("%d cycles in a row failed (%s); no longer feeding the systemd"
+                      " watchdog", UNHEALTHY_AFTER, result.reason)
+        self.metrics.healthy.set(1 if self.healthy else 0)
 
     def _finish(self, result: CycleResult, snapshot: Snapshot | None = None,
                 fabric: Any = None, now: float | None = None) -> CycleResult:
@@ -498,13 +586,28 @@ class Daemon:
                 ("slurmpolicy_fabric_warnings", {},
                  float(len(getattr(self.fabric, "warnings", ())))),
                 ("slurmpolicy_fabric_refused", {}, 1.0 if self.fabric_refused else 0.0)]
+        if result.reason:
+            self._observe_failure(result)
+        in_flight = self._in_flight()
         history = self.metrics.observe_cycle(result=result.result, seconds=result.seconds,
                                              report=result.report,
-                                             in_flight=self._in_flight(), figures=figures)
+                                             in_flight=in_flight, figures=figures,
+                                             failure=result.reason)
         try:
             self.journal.record_metrics(history, at=self.clock())
         except Exception as exc:  # a full disk must not stop the policy
-            log.error("metrics history not written: %s", exc)
+            if not result.reason:
+                # The journal cannot record what the daemon does: a failed cycle.
+                failure = journal_failure(self.journal.path, exc)
+                log.error("cycle failed: metrics history not written: %s", failure)
+                result.result, result.reason, result.message = "error", failure.reason, str(
+                    failure)
+                self.metrics.failures.labels(reason=failure.reason).inc()
+                self._observe_failure(result)
+        if not result.reason and self.own_failures:
+            self.own_failures = 0
+            self.metrics.healthy.set(1)
+            self._feed_watchdog()  # able again: let systemd know at once
         return result
 
     def _account_usage(self, snapshot: Snapshot, now: float) -> None:

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.model import Snapshot
 from slurmpolicy.settings import Settings
+from slurmpolicy.topology.slices import node_free
 
 log = logging.getLogger("slurmpolicy.daemon")
 
@@ -30,11 +31,13 @@ def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
     out: list[Figure] = []
     allocated = idle = unavailable = 0
     free: dict[str, int] = {}
+    free_slices: dict[str, int] = {}
     for node in snapshot.nodes:
         allocated += node.gpus_alloc
         if node.schedulable:
             idle += max(0, node.gpus - node.gpus_alloc)
-            free[node.name] = max(0, node.gpus - node.gpus_alloc)
+            # Whole GPUs and GPU slices (MIG, shards) apart (topology/slices.py).
+            free[node.name], free_slices[node.name] = node_free(node)
         else:
             unavailable += max(0, node.gpus - node.gpus_alloc)
     out += [("slurmpolicy_gpus", {"state": "allocated"}, allocated),
@@ -56,12 +59,15 @@ def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
                     max(values) if values else 0.0))
     if fabric is not None:
         try:
-            frag = fabric.fragmentation(free)
+            frag = fabric.fragmentation(free, free_slices=free_slices)
         except Exception as exc:  # a fabric bug must not stop the daemon's figures
             log.warning("fragmentation not computed: %s", exc)
         else:
             out.append(("slurmpolicy_fragmentation_index", {}, float(frag.index)))
             out.append(("slurmpolicy_stranded_gpus", {}, float(frag.stranded_gpus)))
+            if frag.slices:
+                out.append(("slurmpolicy_gpu_slices", {"state": "free"}, float(frag.free_slices)))
+                out.append(("slurmpolicy_gpu_slices", {"state": "all"}, float(frag.slices)))
     return out
 
 
@@ -114,6 +120,23 @@ class Metrics:
                             "GPU-hours of work lost by requeued victims (since their last "
                             "checkpoint)", registry=r)
         self.requeues = Counter("slurmpolicy_requeues", "Victims requeued", registry=r)
+        self.failures = Counter("slurmpolicy_cycle_failures",
+                                "Failed cycles by reason (slurm_unavailable, snapshot_stale,"
+                                " journal_corrupt, journal_readonly, journal_full, journal,"
+                                " fabric, settings, slurm_error, internal)", ["reason"],
+                                registry=r)
+        self.reload_failures = Counter("slurmpolicy_settings_reload_failures",
+                                       "Settings reloads refused (the last good ones stay)",
+                                       registry=r)
+        self.settings_stale = Gauge("slurmpolicy_settings_stale",
+                                    "1 while the settings file was refused at the last reload"
+                                    " and the daemon runs on the last good settings",
+                                    registry=r)
+        self.healthy = Gauge("slurmpolicy_healthy",
+                             "0 once the daemon's own failures stopped the watchdog", registry=r)
+        self.healthy.set(1)
+        #: The reason the last reload was refused; "" when the file's settings are in force.
+        self.settings_error = ""
         self.signals_by = Counter("slurmpolicy_checkpoint_signals",
                                   "Checkpoint signals sent to victims, by protocol",
                                   ["protocol"], registry=r)
@@ -142,6 +165,15 @@ class Metrics:
             self.server.shutdown()
             self.server = None
 
+    def settings_refused(self, why: str) -> None:
+        self.reload_failures.inc()
+        self.settings_stale.set(1)
+        self.settings_error = why
+
+    def settings_accepted(self) -> None:
+        self.settings_stale.set(0)
+        self.settings_error = ""
+
     def _gauge(self, name: str, labels: Iterable[str]) -> Gauge:
         gauge = self.gauges.get(name)
         if gauge is None:
@@ -150,9 +182,13 @@ class Metrics:
         return gauge
 
     def observe_cycle(self, *, result: str, seconds: float, report: Any | None,
-                      in_flight: int, figures: list[Figure]) -> list[Figure]:
+                      in_flight: int, figures: list[Figure], failure: str = "") -> list[Figure]:
         """Update the endpoint; return every figure of this cycle, for the history."""
         self.cycles.labels(result=result).inc()
+        if failure:
+            self.failures.labels(reason=failure).inc()
+        if failure:
+            figures = [*figures, ("slurmpolicy_cycle_failures", {"reason": failure}, 1.0)]
         self.cycle_seconds.set(seconds)
         out: list[Figure] = [("slurmpolicy_cycle_seconds", {}, seconds),
                              ("slurmpolicy_preemptions_in_flight", {}, float(in_flight))]
@@ -187,7 +223,10 @@ class Metrics:
                     ("slurmpolicy_preemption_lost_gpu_hours", {},
                      report.lost_gpu_seconds / 3600.0),
                     ("slurmpolicy_requeues", {}, float(len(report.requeued)))]
+        out.append(("slurmpolicy_settings_stale", {}, 1.0 if self.settings_error else 0.0))
         for name, labels, value in figures:
+            if name == "slurmpolicy_cycle_failures":
+                continue  # a counter above, not a gauge
             self._gauge(name, sorted(labels)).labels(**labels).set(value) if labels else \
                 self._gauge(name, ()).set(value)
         out += figures

@@ -55,8 +55,11 @@ class Notifier:
         return self.send("READY=1", *([f"STATUS={status}"] if status else []))
 
     def status(self, text: str) -> bool:
-        # STATUS is one line: systemd would cut at the first newline anyway.
-        return self.send("STATUS=" + text.replace("\n", " "))
+        # STATUS is one line: systemd would cut at the first newline anyway, and
+        # systemctl status shows it to a terminal.
+        from slurmpolicy.inert import inert
+
+        return self.send("STATUS=" + inert(text))
 
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")

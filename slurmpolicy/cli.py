@@ -85,10 +85,13 @@ def main(argv: list[str] | None = None) -> Any:
         exc.show()
         sys.exit(exc.exit_code)
     except SlurmPolicyError as exc:
-        message = str(exc)
+        from slurmpolicy.inert import inert
+
+        # Messages quote files, job names and Slurm's words: controls shown escaped.
+        message = inert(str(exc))
         slurm_message = getattr(exc, "slurm_message", "")
-        if slurm_message and slurm_message not in message:
-            message = f"{message}\n  Slurm said: {slurm_message}"
+        if slurm_message and slurm_message not in str(exc):
+            message = f"{message}\n  Slurm said: {inert(slurm_message)}"
         click.echo(f"slurmpolicy: error: {message}", err=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:

@@ -39,6 +39,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 from slurmpolicy.errors import DevClusterError
 from slurmpolicy.hostlist import compress
@@ -60,6 +61,77 @@ PORT_RANGE = (20000, 32000)
 GLOBAL_LOCK = Path("/tmp/slurmpolicy-devcluster.lock")
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 MUNGE_KEY = Path("/etc/munge/munge.key")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeGroup:
+    """Further nodes beside the cluster's own (``DevCluster(groups=...)``), for pools:
+    another GPU type or vendor (``gpu_type="mi250"``), fake MIG slices
+    (``mig={"1g.10gb": 7}``: gres ``gpu:1g.10gb:7``, no device files, as with
+    ``AutoDetect=off``), shards over the whole GPUs (``shards=8``), and the
+    partition they form (created when it is new)."""
+
+    prefix: str
+    nodes: int = 1
+    #: Whole GPUs per node (fake devices), of ``gpu_type``.
+    gpus: int = 0
+    gpu_type: str = "h100"
+    #: MIG slice type -> slices per node.
+    mig: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: Shards per node (gres ``shard``), spread over its whole GPUs.
+    shards: int = 0
+    partition: str = ""
+    features: str = ""
+
+    def names(self) -> list[str]:
+        width = max(2, len(str(self.nodes)))
+        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.nodes + 1)]
+
+    def gres(self) -> str:
+        parts = [f"gpu:{self.gpu_type}:{self.gpus}"] if self.gpus else []
+        parts += [f"gpu:{t}:{n}" for t, n in self.mig.items()]
+        if self.shards:
+            parts.append(f"shard:{self.shards}")
+        return ",".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "mig": dict(self.mig)}
+
+
+def parse_node_group(text: str) -> NodeGroup:
+    """``prefix=amd,nodes=1,gpus=2,type=mi250,partition=amd`` (also ``mig=1g.10gb:7``,
+    repeatable, ``shards=N``, ``features=a,b``): a NodeGroup, or a one-line error."""
+    allowed = "prefix, nodes, gpus, type, mig=TYPE:N, shards, partition, features"
+    fields: dict[str, object] = {}
+    mig: dict[str, int] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            if "features" in fields:  # features=a,b: the rest are more features
+                fields["features"] = f"{fields['features']},{key}"
+                continue
+            raise DevClusterError(f"node group {text!r}: {part!r} is not KEY=VALUE; "
+                                  f"allowed keys: {allowed}")
+        try:
+            if key in ("nodes", "gpus", "shards"):
+                fields[key] = int(value)
+            elif key == "type":
+                fields["gpu_type"] = value
+            elif key in ("prefix", "partition", "features"):
+                fields[key] = value
+            elif key == "mig":
+                name, _, count = value.rpartition(":")
+                mig[name] = int(count)
+            else:
+                raise DevClusterError(f"node group {text!r}: unknown key {key!r}; "
+                                      f"allowed: {allowed}")
+        except ValueError:
+            raise DevClusterError(f"node group {text!r}: {key}={value!r} is not a whole "
+                                  "number") from None
+    if "prefix" not in fields:
+        raise DevClusterError(f"node group {text!r}: prefix= is missing; allowed: {allowed}")
+    return NodeGroup(mig=mig, **fields)  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +574,8 @@ class DevCluster:
         cpus_per_node: int | None = None,
         memory_mb: int = 64000,
         node_prefix: str = "gpu",
+        groups: Sequence[NodeGroup] = (),
+        partitions: Mapping[str, str] = MappingProxyType({}),
     ) -> None:
         if nodes < 1:
             raise DevClusterError(f"nodes must be at least 1, got {nodes}")
@@ -534,6 +608,20 @@ class DevCluster:
         self.cpus_per_node = cpus_per_node if cpus_per_node is not None else max(8, gpus_per_node)
         self.memory_mb = memory_mb
         self.node_prefix = node_prefix
+        # Pools (docs/pools.md): further node groups and partitions (name -> hostlist).
+        for group in groups:
+            if not re.fullmatch(r"[a-z][a-z-]*", group.prefix) or group.prefix == node_prefix:
+                raise DevClusterError(f"node group prefix {group.prefix!r} is not allowed: "
+                                      "letters and -, other than the cluster's own")
+            if not re.fullmatch(r"[A-Za-z0-9_]+", group.gpu_type) or not all(
+                    re.fullmatch(r"[A-Za-z0-9_.]+", t) for t in group.mig):
+                raise DevClusterError(f"node group {group.prefix}: GPU types are letters, "
+                                      "digits, _ (MIG types also .)")
+            if group.nodes < 1 or not 0 <= group.gpus <= 64 or group.shards < 0:
+                raise DevClusterError(f"node group {group.prefix}: nodes >= 1, gpus 0..64, "
+                                      "shards >= 0")
+        self.groups = tuple(groups)
+        self.partitions = dict(partitions)
         self._slurm: SlurmInstall | None = None
         self.munged = "unknown"
 
@@ -594,13 +682,18 @@ class DevCluster:
     # ---------------------------------------------------------------- shape
     @property
     def node_names(self) -> list[str]:
+        """The cluster's own nodes, then those of its node groups."""
+        return self.base_node_names + [n for g in self.groups for n in g.names()]
+
+    @property
+    def base_node_names(self) -> list[str]:
         width = max(2, len(str(self.nodes)))
         return [f"{self.node_prefix}{i:0{width}d}" for i in range(1, self.nodes + 1)]
 
     @property
     def rack_nodes(self) -> list[list[str]]:
         """Nodes of each rack, in order; racks as even as possible (earlier ones larger)."""
-        names = self.node_names
+        names = self.base_node_names
         base, extra = divmod(len(names), self.racks)
         out: list[list[str]] = []
         i = 0
@@ -680,7 +773,7 @@ class DevCluster:
 
     # ---------------------------------------------------------------- config
     def _choose_ports(self, marker: Mapping[str, object] | None) -> tuple[int, list[int]]:
-        n = self.nodes
+        n = len(self.node_names)
         if self.first_slurmd_port is not None:
             slurmd_ports = list(range(self.first_slurmd_port, self.first_slurmd_port + n))
         else:
@@ -760,7 +853,7 @@ class DevCluster:
             "PreemptType=preempt/partition_prio",
             "PreemptMode=REQUEUE",
             "JobRequeue=1",
-            "GresTypes=gpu",
+            "GresTypes=gpu,shard" if any(g.shards for g in self.groups) else "GresTypes=gpu",
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
             "JobSubmitPlugins=lua",
@@ -787,35 +880,75 @@ class DevCluster:
                     f"Gres=gpu:{self.gpu_type}:{self.gpus_per_node} "
                     f"Feature={self.features_of(r)} State=UNKNOWN"
                 )
-        all_nodes = compress(self.node_names)
+        for g in self.groups:
+            for node in g.names():
+                port = slurmd_ports[self.node_names.index(node)]
+                features = g.features or g.gpu_type
+                lines.append(
+                    f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+                    f"CPUs={self.cpus_per_node} RealMemory={self.memory_mb} "
+                    f"Gres={g.gres()} Feature={features},leaf_{g.prefix} State=UNKNOWN"
+                )
+        all_nodes = compress(self.base_node_names)
         lines += [
             f"PartitionName=prod Nodes={all_nodes} PriorityTier=10 PreemptMode=OFF "
             "MaxTime=7-00:00:00 State=UP",
             f"PartitionName=research Nodes={all_nodes} Default=YES PriorityTier=1 "
             "PreemptMode=REQUEUE MaxTime=2-00:00:00 State=UP",
         ]
+        extra: dict[str, list[str]] = {}
+        for name, hosts in self.partitions.items():
+            extra.setdefault(name, []).append(hosts)
+        for g in self.groups:
+            if g.partition:
+                extra.setdefault(g.partition, []).append(compress(g.names()))
+        for name, hosts_list in extra.items():
+            lines.append(f"PartitionName={name} Nodes={','.join(hosts_list)} PriorityTier=1 "
+                         "PreemptMode=REQUEUE MaxTime=2-00:00:00 State=UP")
         return "\n".join(lines) + "\n"
 
     def render_gres_conf(self) -> str:
         last = self.gpus_per_node - 1
         files = f"{self.dev_dir}/nvidia[0-{last}]" if last else f"{self.dev_dir}/nvidia0"
-        return (
+        text = (
             "AutoDetect=off\n"
-            f"NodeName={compress(self.node_names)} Name=gpu Type={self.gpu_type} File={files}\n"
+            f"NodeName={compress(self.base_node_names)} Name=gpu Type={self.gpu_type} "
+            f"File={files}\n"
         )
+        for g in self.groups:
+            names = compress(g.names())
+            if g.gpus:
+                last = g.gpus - 1
+                gfiles = f"{self.dev_dir}/nvidia[0-{last}]" if last else f"{self.dev_dir}/nvidia0"
+                text += f"NodeName={names} Name=gpu Type={g.gpu_type} File={gfiles}\n"
+            first = g.gpus
+            for mig_type, count in g.mig.items():
+                # Fake MIG slices: each its own fake device after the whole GPUs
+                # (slurmd wants File on all gpu records of a node or on none).
+                last = first + count - 1
+                mfiles = f"{self.dev_dir}/nvidia[{first}-{last}]" if last > first else \
+                    f"{self.dev_dir}/nvidia{first}"
+                text += f"NodeName={names} Name=gpu Type={mig_type} File={mfiles}\n"
+                first = last + 1
+            if g.shards:
+                text += f"NodeName={names} Name=shard Count={g.shards}\n"
+        return text
 
     def render_topology_conf(self) -> str:
         lines = [
             f"SwitchName=leaf{r} Nodes={compress(members)}"
             for r, members in enumerate(self.rack_nodes, start=1)
         ]
+        lines += [f"SwitchName=leaf_{g.prefix} Nodes={compress(g.names())}" for g in self.groups]
         leaves = f"leaf[1-{self.racks}]" if self.racks > 1 else "leaf1"
+        leaves += "".join(f",leaf_{g.prefix}" for g in self.groups)
         lines.append(f"SwitchName=spine Switches={leaves}")
         return "\n".join(lines) + "\n"
 
     def _make_devices(self) -> None:
         self.dev_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(self.gpus_per_node):
+        devices = max([self.gpus_per_node, *(g.gpus + sum(g.mig.values()) for g in self.groups)])
+        for i in range(devices):
             path = self.dev_dir / f"nvidia{i}"
             if path.exists():
                 st = path.stat()
@@ -872,6 +1005,8 @@ class DevCluster:
             "slurmd_ports": list(slurmd_ports),
             "slurm_prefix": str(self.slurm_prefix) if self.slurm_prefix else None,
             "node_names": self.node_names,
+            "groups": [g.to_dict() for g in self.groups],
+            "partitions": self.partitions,
         }
         self.marker.write_text(json.dumps(marker, indent=2) + "\n")
         os.chmod(self.marker, 0o644)

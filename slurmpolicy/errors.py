@@ -69,6 +69,18 @@ class ReservationError(SlurmError):
     """Slurm refused to create, update or delete a reservation."""
 
 
+class JournalError(SlurmPolicyError):
+    """The journal cannot be read or written (corrupt, read-only, disk full, not
+    ours to read): names the file and the fix."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, *, reason: str = "journal") -> None:
+        super().__init__(message)
+        #: For the metrics: journal_corrupt, journal_readonly, journal_full, journal.
+        self.reason = reason
+
+
 class DevClusterError(SlurmPolicyError):
     """The local development cluster cannot be brought up or down."""
 

@@ -6,7 +6,7 @@ change::
 
     spolicy:v1 class=research ckpt=signal:USR1,grace=120,interval=1800 preempt=after=3600
         topo=leaf,strict runtime=7200 gpu_type=h100 gpu_mem=80 data=imagenet
-        defer=night,deadline=86400
+        defer=night,deadline=86400 nodes=2-8
 
 Tokens are separated by single spaces, values never contain spaces, durations
 are whole seconds. Keys absent mean "not said" and take the defaults below.
@@ -87,12 +87,20 @@ class JobPolicy:
     defer_window: str | None = None
     #: Seconds after submission by which a deferred job must be released.
     defer_deadline: float | None = None
+    #: ``--nodes=MIN-MAX`` as submitted (an elastic job), recorded by job_submit.lua:
+    #: Slurm reports only the allocated count once the job has started.
+    node_range: tuple[int, int] | None = None
     #: False when the admin_comment carried our prefix but could not be read.
     readable: bool = True
 
     @property
     def can_checkpoint(self) -> bool:
         return self.checkpoint is not None and self.checkpoint.capable
+
+    @property
+    def elastic(self) -> bool:
+        """Accepts a node range and checkpoints: may be shrunk instead of evicted."""
+        return self.node_range is not None and self.can_checkpoint
 
 
 DEFAULT = JobPolicy()
@@ -149,6 +157,11 @@ def parse_admin_comment(text: str) -> JobPolicy:
                     if name != "deadline":
                         raise ValueError(value)
                     fields["defer_deadline"] = _seconds(deadline)
+            elif key == "nodes":
+                lo, _, hi = value.partition("-")
+                if not (lo.isdigit() and hi.isdigit()) or not 1 <= int(lo) < int(hi):
+                    raise ValueError(value)
+                fields["node_range"] = (int(lo), int(hi))
             # Unknown keys come from a newer plugin: ignore them.
     except ValueError:
         return JobPolicy(readable=False)
@@ -222,7 +235,19 @@ def render_admin_comment(policy: JobPolicy) -> str:
         if policy.defer_deadline is not None:
             text += f",deadline={_num(policy.defer_deadline)}"
         tokens.append(text)
+    if policy.node_range is not None:
+        tokens.append(f"nodes={policy.node_range[0]}-{policy.node_range[1]}")
     return " ".join(tokens)
+
+
+def with_node_range(admin_comment: str | None, min_nodes: int,
+                    max_nodes: int | None) -> str | None:
+    """The admin_comment job_submit.lua writes for a job submitted with
+    ``--nodes=MIN-MAX``: the directives' (or just the prefix) and ``nodes=MIN-MAX``;
+    unchanged without a range."""
+    if max_nodes is None or max_nodes <= min_nodes or min_nodes < 1:
+        return admin_comment
+    return f"{admin_comment or PREFIX} nodes={min_nodes}-{max_nodes}"
 
 
 # --- the job's acknowledgements, in its own ``comment`` -------------------------

@@ -163,6 +163,9 @@ class Node:
     gpus_alloc_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    #: Configured GPU shards (gres ``shard``) by the GPU type they share, from
+    #: Gres=shard:a100:4; MIG instances are GPU types of their own in ``gpus_by_type``.
+    shards_by_type: Mapping[str, int] = field(default_factory=lambda: EMPTY_GRES)
 
     @property
     def gpus(self) -> int:

@@ -8,11 +8,20 @@ single :class:`~slurmpolicy.errors.ConfigError`.
 
 Durations in the file are Slurm-style strings ("90", "30:00", "2-00:00:00")
 or numbers of seconds; they are held as seconds (float).
+
+Every number has a finite range (``nan``, ``inf`` and values that cannot be
+meant, such as a zero interval, are refused); :func:`ranges` lists them for
+the docs (``slurmpolicy config ranges``). An unknown key is named with its
+nearest valid key (difflib), and ``metrics.bind`` must be an IP address.
 """
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,9 +35,17 @@ from slurmpolicy.errors import ConfigError
 DEFAULT_PATH = Path("/etc/slurmpolicy/slurmpolicy.toml")
 ENV_PATH = "SLURMPOLICY_CONFIG"
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
+#: Slurm's limit on a site factor: ``scontrol update SiteFactor`` refuses
+#: values beyond +/-(NICE_OFFSET - 3) (src/scontrol/update_job.c).
+SITE_FACTOR_MAX = 2**31 - 3
+_DAY = 86400.0
+_YEAR = 365 * _DAY
+
+
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=_YEAR)]
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+Points = Annotated[int, msgspec.Meta(ge=0, le=SITE_FACTOR_MAX)]
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -39,9 +56,9 @@ class PriorityClass(_Section, frozen=True, forbid_unknown_fields=True, kw_only=T
     """A priority class (``#SPOLICY --class=NAME``)."""
 
     #: Base site-factor weight; higher classes get larger values.
-    weight: int
+    weight: Points
     #: Rank: a class may preempt classes of strictly lower rank only.
-    rank: int
+    rank: Annotated[int, msgspec.Meta(ge=0, le=1000)]
     #: Jobs of this class may be preempted by higher classes.
     preemptible: bool = True
     #: When not empty, only these Slurm accounts may use the class.
@@ -53,27 +70,30 @@ class FairShare(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True)
     #: Guaranteed fraction of the cluster's GPUs per account; the rest is shared.
     shares: dict[str, Fraction] = msgspec.field(default_factory=dict)
     #: Half-life of decayed GPU-second usage.
-    half_life: Seconds = 7 * 86400.0
+    half_life: Annotated[float, msgspec.Meta(ge=60, le=10 * _YEAR)] = 7 * 86400.0
     #: Site-factor points for an account exactly at zero usage vs. its share.
-    weight: int = 10_000
+    weight: Points = 10_000
 
 
 class Aging(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Site-factor points per hour of eligible wait.
-    points_per_hour: float = 100.0
+    points_per_hour: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 100.0
     #: Aging stops adding after this long.
     max_age: Seconds = 7 * 86400.0
     #: Extra points per hour for a job blocked only by fragmentation.
-    fragmentation_bonus_per_hour: float = 200.0
+    fragmentation_bonus_per_hour: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 200.0
 
 
 class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    #: Emit a new site factor only when it moved by at least this much.
-    change_threshold: int = 50
-    #: At most this many site-factor updates per cycle.
-    max_updates_per_cycle: PositiveInt = 200
+    #: A new job's site factor is written when it differs from Slurm's by at least
+    #: this much; a known job's only when its order against a competing job whose
+    #: effective priority differs by at least this much is wrong (closer: a tie).
+    change_threshold: Annotated[int, msgspec.Meta(ge=0, le=SITE_FACTOR_MAX)] = 50
+    #: At most this many jobs get a site factor per cycle (batched: jobs sharing
+    #: a value go in one Slurm call).
+    max_updates_per_cycle: PositiveInt = 10_000
     #: Site factor for --checkpoint=none jobs (0 = no penalty).
-    no_checkpoint_penalty: int = 0
+    no_checkpoint_penalty: Points = 0
 
 
 class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -87,11 +107,11 @@ class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     name_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")] = (
         "spolicy_")
     #: Only update a reservation when its start moved by more than this.
-    update_threshold: Seconds = 300.0
+    update_threshold: Annotated[float, msgspec.Meta(ge=0, le=_DAY)] = 300.0
     #: At most this many starving jobs get a reservation search per cycle.
     max_per_cycle: PositiveInt = 10
     #: Length of a reservation for a job without a time limit.
-    default_duration: Seconds = 86400.0
+    default_duration: Annotated[float, msgspec.Meta(ge=60, le=_YEAR)] = 86400.0
 
 
 class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -99,11 +119,11 @@ class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True
     #: A job younger than this is never a victim.
     min_runtime: Seconds = 600.0
     #: Grace when a job did not say how long its checkpoint takes.
-    default_grace: Seconds = 120.0
+    default_grace: Annotated[float, msgspec.Meta(ge=1, le=_DAY)] = 120.0
     #: Most times one job may be preempted in a rolling day.
     max_per_job_per_day: PositiveInt = 3
     #: Estimated cost of restarting a job (restore + warm-up), in seconds of its GPUs.
-    restart_cost: Seconds = 300.0
+    restart_cost: Annotated[float, msgspec.Meta(ge=0, le=_DAY)] = 300.0
     #: --checkpoint=none jobs are allowed only in these partitions (empty: anywhere).
     no_checkpoint_partitions: tuple[str, ...] = ()
     #: Victims a single beneficiary may claim per cycle.
@@ -116,14 +136,17 @@ class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True
     #: At most this many waiting jobs get a victim search per cycle.
     max_searches_per_cycle: PositiveInt = 16
     #: Abort a preemption whose beneficiary has not started this long after it began.
-    beneficiary_start_timeout: Seconds = 1800.0
+    beneficiary_start_timeout: Annotated[float, msgspec.Meta(ge=60, le=7 * _DAY)] = 1800.0
+    #: Shrink an elastic victim (--nodes=MIN-MAX, checkpoints) instead of evicting
+    #: it when MIN of its nodes are left (policy/elastic.py).
+    shrink_elastic: bool = True
 
 
 class Window(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Hours of the day (UTC, 0..23) this window covers.
     hours: tuple[Annotated[int, msgspec.Meta(ge=0, le=23)], ...]
     #: Relative cost (price or carbon intensity); lower is better.
-    cost: float = 1.0
+    cost: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0
 
 
 class Deferral(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -140,6 +163,8 @@ class Fabric(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     fabric_file: str = ""
     #: Per-host `nvidia-smi topo -m` outputs, a glob; empty: none.
     nvidia_smi_topo: str = ""
+    #: Per-host `rocm-smi --showtopo` outputs (AMD), a glob; empty: none.
+    rocm_smi_topo: str = ""
     #: Node features read as domains, e.g. nvl_rack1 -> nvlink domain.
     nvlink_feature_prefix: str = "nvl_"
     leaf_feature_prefix: str = "leaf"
@@ -151,36 +176,36 @@ class Slurm(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Directory holding squeue, sinfo, scontrol; empty: $PATH.
     bin_dir: str = ""
     #: Seconds before a Slurm command is given up.
-    command_timeout: Seconds = 30.0
+    command_timeout: Annotated[float, msgspec.Meta(ge=1, le=600)] = 30.0
 
 
 class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     state_dir: str = "/var/lib/slurmpolicy"
     #: Seconds between cycles.
-    interval: Seconds = 30.0
+    interval: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 30.0
     #: Seconds between cycles while a signalled victim is awaited (its ack or
     #: deadline decides its requeue); the shorter of this and ``interval``.
-    preemption_poll: Annotated[float, msgspec.Meta(ge=1.0)] = 5.0
+    preemption_poll: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 5.0
     #: Skip a cycle whose snapshot is older than this.
-    max_snapshot_age: Seconds = 60.0
+    max_snapshot_age: Annotated[float, msgspec.Meta(ge=1, le=_DAY)] = 60.0
     #: At most this many Slurm calls that change something, per cycle.
     max_slurm_calls_per_cycle: PositiveInt = 100
     #: Longest back-off after Slurm failures.
-    max_backoff: Seconds = 300.0
+    max_backoff: Annotated[float, msgspec.Meta(ge=1, le=_DAY)] = 300.0
     #: Metrics history and finished journal steps older than this are pruned
     #: (the audit is kept).
-    keep_history: Seconds = 30 * 86400.0
+    keep_history: Annotated[float, msgspec.Meta(ge=3600, le=10 * _YEAR)] = 30 * 86400.0
     #: One active daemon per cluster: the lease in Slurm (a reservation named
     #: ``<name_prefix>lease``) is taken over by a standby daemon once its holder
     #: has not renewed it for this long. 0 turns the lease off.
-    lease_ttl: Seconds = 90.0
+    lease_ttl: Annotated[float, msgspec.Meta(ge=0, le=_DAY)] = 90.0
 
 
 class Metrics(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = True
     #: Address of the Prometheus endpoint; localhost unless configured.
     bind: str = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9810
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 9810
 
 
 class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -188,9 +213,48 @@ class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
     #: Uids that may change a job's admin_comment, or move a job past a
     #: directive restriction, through ``scontrol update`` (root, the daemon's user).
-    admin_uids: tuple[Annotated[int, msgspec.Meta(ge=0)], ...] = (0,)
+    admin_uids: tuple[Annotated[int, msgspec.Meta(ge=0, le=2**32 - 2)], ...] = (0,)
     #: Set ``requeue=1`` on jobs that can checkpoint (preemption requeues them).
     set_requeue: bool = True
+
+
+class Pool(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A pool: one Slurm partition and the hardware in it (``[pools.NAME]``).
+
+    job_submit.lua routes a job that names no partition to the first pool, in
+    the file's order, that accepts it and can ever run it (:mod:`slurmpolicy.pools`).
+    Hardware fields left at 0 or empty are not checked.
+    """
+
+    #: The Slurm partition of the pool; empty: the pool's own name.
+    partition: str = ""
+    #: Classes the pool takes; empty: every class.
+    classes: tuple[str, ...] = ()
+    #: GPU gres types of its nodes (h100, mi250, 1g.10gb for MIG slices); empty: any.
+    gpu_types: tuple[str, ...] = ()
+    #: GPU vendor of its nodes (nvidia, amd, intel); empty: from the known gpu_types.
+    vendor: str = ""
+    #: GPUs (or GPU slices) per node.
+    gpus_per_node: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
+    #: Nodes in the pool.
+    nodes: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    #: Memory of one GPU (or slice) in whole GB.
+    gpu_memory_gb: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    #: A job takes this pool only with at least this many GPUs in all.
+    min_gpus: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
+    #: ... and at most this many (0: no upper bound).
+    max_gpus: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
+    #: The pool's GPUs are slices (MIG or shards): one job gets at most one.
+    slices: bool = False
+    #: Only jobs that name one of its GPU types or its vendor (``--gres=gpu:mi300x:8``,
+    #: ``#SPOLICY --gpu-type=amd``) go there: e.g. another vendor's GPUs, which a
+    #: job that says nothing was most likely not built for.
+    typed_only: bool = False
+    description: str = ""
+
+    @property
+    def capacity(self) -> int:
+        return self.nodes * self.gpus_per_node
 
 
 def _default_classes() -> dict[str, PriorityClass]:
@@ -219,6 +283,8 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     daemon: Daemon = msgspec.field(default_factory=Daemon)
     metrics: Metrics = msgspec.field(default_factory=Metrics)
     plugin: Plugin = msgspec.field(default_factory=Plugin)
+    #: Pools in routing order (empty: no routing; jobs go where they say).
+    pools: dict[str, Pool] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.default_class not in self.classes:
@@ -237,9 +303,63 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
                 f"unknown adapter {self.slurm.adapter!r}; allowed: auto, jsoncli, pyslurm"
                 " - at `$.slurm.adapter`"
             )
+        check_bind(self.metrics.bind)
+        parts = site_factor_parts(self)
+        highest = sum(parts.values())
+        if highest > SITE_FACTOR_MAX:
+            largest = max(parts, key=lambda k: parts[k])
+            raise ValueError(
+                f"the largest site factor these settings can give is {highest}, beyond Slurm's"
+                f" limit {SITE_FACTOR_MAX}; lower the class weights, fairshare.weight or the"
+                f" aging points (points_per_hour x max_age hours) - at `$.{largest}`"
+            )
+
+        for pool_name, pool in self.pools.items():
+            unknown = [c for c in pool.classes if c not in self.classes]
+            if unknown:
+                raise ValueError(
+                    f"pool {pool_name!r} names unknown class(es) {', '.join(unknown)}; allowed: "
+                    f"{', '.join(self.classes)} - at `$.pools.{pool_name}.classes`"
+                )
+            if pool.max_gpus and pool.max_gpus < pool.min_gpus:
+                raise ValueError(
+                    f"pool {pool_name!r}: max_gpus {pool.max_gpus} is below min_gpus "
+                    f"{pool.min_gpus} - at `$.pools.{pool_name}.max_gpus`"
+                )
 
     def class_of(self, name: str | None) -> PriorityClass:
         return self.classes[name or self.default_class]
+
+
+def check_bind(bind: str) -> None:
+    """``metrics.bind`` is an IPv4/IPv6 address or ``localhost``; ValueError otherwise."""
+    if bind == "localhost":
+        return
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        raise ValueError(
+            f"metrics.bind {bind!r} is not an IP address; allowed: an IPv4 or IPv6 address"
+            " (127.0.0.1, ::1, 0.0.0.0 for every interface) or localhost - at `$.metrics.bind`"
+        ) from None
+
+
+def site_factor_parts(s: Settings) -> dict[str, int]:
+    """The largest share of a site factor each setting can give, by its key."""
+    hours = s.aging.max_age / 3600.0
+    heaviest = max(s.classes, key=lambda name: s.classes[name].weight, default="")
+    return {
+        f"classes.{heaviest}.weight" if heaviest else "classes":
+            s.classes[heaviest].weight if heaviest else 0,
+        "fairshare.weight": s.fairshare.weight,
+        "aging.points_per_hour": round(hours * s.aging.points_per_hour),
+        "aging.fragmentation_bonus_per_hour": round(hours * s.aging.fragmentation_bonus_per_hour),
+    }
+
+
+def max_site_factor(s: Settings) -> int:
+    """The largest site factor the priority rules can compute under ``s``."""
+    return int(sum(site_factor_parts(s).values()))
 
 
 _DURATION_KEYS = {
@@ -265,10 +385,16 @@ def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Setting
                 table[key] = parse_duration(table[key])
             except ValueError as exc:
                 raise ConfigError(f"{source}: {exc} - at `$.{section}.{key}`") from exc
+    bad = _non_finite(converted)
+    if bad:
+        allowed = _allowed(bad[2:])
+        raise ConfigError(f"{source}: not a finite number (nan and inf are refused)"
+                          + (f"; allowed: {allowed}" if allowed else "") + f" - at `{bad}`")
     try:
         return msgspec.convert(converted, Settings, strict=True)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {_name_table_key(converted, str(exc))}") from exc
+        message = _name_table_key(converted, str(exc))
+        raise ConfigError(f"{source}: {_suggest(message)}") from exc
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
 
@@ -277,6 +403,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "<settings>") -> Setting
 _NAMED_TABLES: tuple[tuple[tuple[str, ...], type[msgspec.Struct]], ...] = (
     (("classes",), PriorityClass),
     (("deferral", "windows"), Window),
+    (("pools",), Pool),
 )
 
 
@@ -296,8 +423,115 @@ def _name_table_key(data: Mapping[str, Any], message: str) -> str:
                 msgspec.convert(value, kind, strict=True)
             except msgspec.ValidationError as inner:
                 text, _, where = str(inner).rpartition(" - at `$")
-                return f"{text} - at `{dotted}.{name}{where}" if text else message
+                if not text:  # the problem is the entry itself (an unknown key)
+                    return f"{inner} - at `{dotted}.{name}`"
+                return f"{text} - at `{dotted}.{name}{where}"
     return message
+
+
+_UNKNOWN = re.compile(r"unknown field `(?P<key>[^`]*)`(?: - at `\$(?P<path>[^`]*)`)?")
+_BOUND = re.compile(r"^Expected `(?:float|int)` [<>]=? \S+ - at `\$\.(?P<path>[^`]*)`$")
+
+
+def _struct_at(path: str) -> type[msgspec.Struct] | None:
+    """The settings struct a ``$.a.b`` path of msgspec's message points into."""
+    kind: Any = Settings
+    for part in [p for p in re.split(r"\.|\[[^]]*\]", path) if p]:
+        fields = {f.name: f.type for f in msgspec.structs.fields(kind)}
+        kind = fields.get(part)
+        # dict[str, Struct] (classes, windows): the entry's struct.
+        args = getattr(kind, "__args__", ())
+        if args and isinstance(args[-1], type) and issubclass(args[-1], msgspec.Struct):
+            kind = args[-1]
+        if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+            return None
+    return kind if isinstance(kind, type) else None
+
+
+def _suggest(message: str) -> str:
+    """An unknown key's message, with the nearest valid key of its table."""
+    bound = _BOUND.match(message)
+    if bound:
+        allowed = _allowed(bound.group("path"))
+        return f"{message}; allowed: {allowed}" if allowed else message
+    m = _UNKNOWN.search(message)
+    if not m:
+        return message
+    path = m.group("path") or ""
+    # A named entry (classes.gpu) is a struct under a dict: look one level up too.
+    kind = _struct_at(path) or _struct_at(re.sub(r"\.[^.]*$", "", path))
+    if kind is None:
+        return message
+    valid = [f.name for f in msgspec.structs.fields(kind)]
+    near = difflib.get_close_matches(m.group("key"), valid, n=1, cutoff=0.6)
+    hint = f"did you mean `{near[0]}`?" if near else f"allowed: {', '.join(sorted(valid))}"
+    return f"{message}; {hint}"
+
+
+def _allowed(path: str) -> str:
+    """The documented range of the setting at ``a.b.c`` (named entries as NAME)."""
+    wanted = re.sub(r"^(classes|deferral\.windows)\.[^.]+\.", r"\1.NAME.", path)
+    wanted = re.sub(r"\[\d+\]$", "", wanted)
+    for key, allowed, _ in ranges():
+        if key == wanted or (key == "fairshare.shares" and wanted.startswith(key + ".")):
+            return allowed
+    return ""
+
+
+def _non_finite(data: Any, path: str = "$") -> str | None:
+    """The path of the first nan or inf in a parsed mapping (TOML allows both)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return path
+    items = data.items() if isinstance(data, Mapping) else (
+        enumerate(data) if isinstance(data, (list, tuple)) else ())
+    for key, value in items:
+        found = _non_finite(value, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
+        if found:
+            return found
+    return None
+
+
+def ranges() -> list[tuple[str, str, str]]:
+    """(key, allowed range, default) of every number in the settings, for the docs."""
+    out: list[tuple[str, str, str]] = []
+
+    def walk(kind: type[msgspec.Struct], prefix: str, default: Any) -> None:
+        for f in msgspec.structs.fields(kind):
+            value = getattr(default, f.name, None) if default is not None else None
+            t = f.type
+            inner = getattr(t, "__args__", ())
+            if isinstance(t, type) and issubclass(t, msgspec.Struct):
+                walk(t, f"{prefix}{f.name}.", value)
+                continue
+            if inner and isinstance(inner[-1], type) and issubclass(inner[-1], msgspec.Struct):
+                walk(inner[-1], f"{prefix}{f.name}.NAME.", None)
+                continue
+            meta = [m for m in getattr(t, "__metadata__", ()) if isinstance(m, msgspec.Meta)]
+            if not meta and inner:  # tuple[Annotated[...], ...], dict[str, Annotated]
+                for arg in inner:
+                    meta = [m for m in getattr(arg, "__metadata__", ())
+                            if isinstance(m, msgspec.Meta)]
+                    if meta:
+                        break
+            meta = [m for m in meta if m.ge is not None or m.le is not None]
+            if not meta:
+                continue  # not a number (a pattern on a string)
+            lo, hi = meta[0].ge, meta[0].le
+            shown = "" if value is None else _show(value)
+            out.append((prefix + f.name, f"{_show(lo)} .. {_show(hi)}", shown))
+
+    walk(Settings, "", Settings())
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -15,6 +15,10 @@ Owns:
   usage per account (fair share), preemption times per job, missed acks;
 - the **audit** of every action with its reason, job, time and outcome;
 - a **metrics history** (one row per figure per cycle);
+- its own privacy: the state directory is created 0700 and the journal 0600
+  whatever the umask (SQLite gives its -wal and -shm files the journal's
+  mode); a journal or directory that others may read is tightened when the
+  daemon opens it (group bits a site granted on purpose are kept);
 - each job's **identity** (table ``job_identity``): the cluster and the
   time it was first submitted, carried across its requeues (Slurm resets a
   requeued job's submit time). A job id seen again with another submit
@@ -30,7 +34,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,7 +46,7 @@ from typing import Any, ClassVar
 
 import sqlite_utils
 
-from slurmpolicy.errors import ConfigError
+from slurmpolicy.errors import ConfigError, JournalError
 from slurmpolicy.policy.actions import (
     Intents,
     PreemptionIntent,
@@ -71,6 +77,8 @@ class AuditRecord:
     outcome: str
     detail: Mapping[str, Any]
     dry_run: bool
+    #: Every job the record concerns (job_id, a preemption's beneficiary and victims).
+    jobs: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +86,59 @@ class AuditRecord:
             "reason": self.reason, "outcome": self.outcome, "detail": dict(self.detail),
             "dry_run": self.dry_run,
         }
+
+
+def journal_failure(path: Path, exc: BaseException) -> JournalError:
+    """A SQLite or OS error on the journal at ``path`` as one line naming the fix."""
+    text = str(exc) or type(exc).__name__
+    low = text.lower()
+    directory = path.parent
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return JournalError(
+            f"{path}: the journal is corrupt ({text}); stop the daemon, move the file aside"
+            f" (mv {path} {path}.corrupt) and start it again: it rebuilds its state from"
+            " Slurm (preemptions in flight are then forgotten)", reason="journal_corrupt")
+    if "disk is full" in low or "no space" in low or "quota" in low:
+        return JournalError(
+            f"{path}: the disk holding the journal is full ({text}); free space on"
+            f" {directory} (or lower daemon.keep_history)", reason="journal_full")
+    if "readonly" in low or "read-only" in low or "permission" in low or \
+            "unable to open" in low or "access" in low:
+        return JournalError(
+            f"{path}: cannot write the journal ({text}); {directory} and the files in it"
+            " must be writable by the daemon's user (permissions, read-only mount)"
+            " - at `$.daemon.state_dir`", reason="journal_readonly")
+    return JournalError(f"{path}: journal error: {text}", reason="journal")
+
+
+def make_private(journal: Path) -> None:
+    """Create the state directory (0700) and the journal file (0600), whatever the
+    umask; take away what others may do with existing ones."""
+    directory = journal.parent
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True)
+        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
+    if not journal.exists():
+        os.close(os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.chmod(journal, 0o600)
+    for path in (directory, journal, *(journal.with_name(journal.name + s)
+                                       for s in ("-wal", "-shm"))):
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            continue
+        if info.st_uid == os.geteuid() and info.st_mode & 0o007:
+            os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o007)
+
+
+def storable(text: str) -> str:
+    """``text`` as SQLite can store it: a lone surrogate (an undecodable byte of a
+    job name, decoded with surrogateescape) is kept as ``\\udcxx``, not a crash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def journal_path(state_dir: str | Path) -> Path:
@@ -96,17 +157,44 @@ class Journal:
         self.read_only = read_only
         self._clock = clock
         self._full = False
+        try:
+            self._open(target, read_only)
+        except sqlite3.Error as exc:
+            raise journal_failure(target, exc) from None
+
+    def _open(self, target: Path, read_only: bool) -> None:
         if read_only:
+            if not os.access(target.parent, os.X_OK) and target.parent.exists():
+                raise JournalError(
+                    f"{target.parent}: permission denied; the state directory is private to"
+                    " the daemon's user (mode 0700): run this as that user or root, or ask"
+                    " an admin", reason="journal_readonly")
             if not target.exists():
                 raise ConfigError(f"{target}: no journal here (has the daemon run?)")
+            if not os.access(target, os.R_OK):
+                raise JournalError(
+                    f"{target}: permission denied; the journal is private to the daemon's"
+                    " user (mode 0600): run this as that user or root, or ask an admin",
+                    reason="journal_readonly")
             conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True, timeout=10)
+            try:
+                conn.execute("select 1 from sqlite_master limit 1").fetchall()
+            except sqlite3.OperationalError as exc:
+                if "readonly" not in str(exc):
+                    raise
+                # A WAL journal whose directory the reader may not write (no -shm
+                # can be made there): read the file as it stands, without locks.
+                conn.close()
+                conn = sqlite3.connect(f"file:{target}?mode=ro&immutable=1", uri=True,
+                                       timeout=10)
         else:
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                make_private(target)
             except OSError as exc:
-                raise ConfigError(
-                    f"{target.parent}: cannot create the state directory: {exc.strerror}"
-                    " - at `$.daemon.state_dir`"
+                raise JournalError(
+                    f"{target}: cannot create the journal or its directory: {exc.strerror};"
+                    " the state directory must be writable by the daemon's user"
+                    " - at `$.daemon.state_dir`", reason="journal_readonly"
                 ) from exc
             conn = sqlite3.connect(str(target), timeout=30, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
@@ -490,6 +578,13 @@ class Journal:
         self.db.table("site_factors").upsert(
             {"job_id": job_id, "site_factor": site_factor, "set_at": self.now()}, pk="job_id")
 
+    def set_site_factors(self, values: Mapping[int, int]) -> None:
+        """Record many site factors at once (one batched Slurm call's outcome)."""
+        now = self.now()
+        self.db.table("site_factors").upsert_all(
+            [{"job_id": j, "site_factor": v, "set_at": now} for j, v in values.items()],
+            pk="job_id")
+
     def forget_jobs(self, keep: Iterable[int]) -> None:
         """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
         alive = set(keep)
@@ -605,10 +700,10 @@ class Journal:
         concerned = sorted({*(int(j) for j in jobs), *([job_id] if job_id is not None else [])})
         table = self.db.table("audit")
         table.insert({
-            "at": self.now() if at is None else at, "kind": kind, "job_id": job_id,
+            "at": self.now() if at is None else at, "kind": storable(kind), "job_id": job_id,
             "jobs": "," + ",".join(map(str, concerned)) + "," if concerned else "",
-            "reason": reason, "outcome": outcome, "detail": json.dumps(dict(detail or {}),
-                                                                       default=str),
+            "reason": storable(reason), "outcome": storable(outcome),
+            "detail": json.dumps(dict(detail or {}), default=str),
             "dry_run": int(dry_run),
         })
         return int(table.last_pk)  # type: ignore[arg-type]
@@ -621,6 +716,21 @@ class Journal:
         rows = self._records("select * from audit where kind = ? and job_id = ?"
                              " order by id desc limit 1", [kind, int(job_id)])
         return rows[0] if rows else None
+
+    def audit_many(self, kind: str, rows: Iterable[tuple[int, str, str, Mapping[str, Any]]],
+                   *, dry_run: bool = False) -> None:
+        """Many records of one kind at once: (job id, reason, outcome, detail) each.
+
+        One statement for a batch of thousands (a batched site-factor call), where
+        :meth:`audit` one by one would cost a millisecond each.
+        """
+        at = self.now()
+        self.db.conn.executemany(
+            "insert into audit (at, kind, job_id, jobs, reason, outcome, detail, dry_run)"
+            " values (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(at, storable(kind), int(job), f",{int(job)},", storable(reason),
+              storable(outcome), json.dumps(dict(detail), default=str), int(dry_run))
+             for job, reason, outcome, detail in rows])
 
     def read_audit(self, *, job_id: int | None = None, since: float | None = None,
                    until: float | None = None, limit: int | None = None) -> list[AuditRecord]:
@@ -657,6 +767,7 @@ class Journal:
                 id=int(r["id"]), at=float(r["at"]), kind=r["kind"], job_id=r["job_id"],
                 reason=r["reason"] or "", outcome=r["outcome"] or "", detail=detail,
                 dry_run=bool(r["dry_run"]),
+                jobs=tuple(int(j) for j in (r["jobs"] or "").split(",") if j),
             ))
         return records
 

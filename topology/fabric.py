@@ -34,6 +34,7 @@ import networkx as nx
 
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.topology.nvsmi import interconnect, nvlink_clique
+from slurmpolicy.topology.slices import SliceSpec
 from slurmpolicy.topology.spec import KNOWN_GPU_MEMORY_GB, Conflict, FabricSpec, LinkSpec
 from slurmpolicy.topology.types import Fragmentation, Health, Level, NoPlacement, Placement, Shape
 
@@ -240,6 +241,12 @@ class Fabric:
         g.add_edges_from(uplinks, kind="ib", health=Health.OK, bandwidth_gbps=None)
         g.add_edges_from(pcie, kind="pcie", health=Health.OK)
         g.add_edges_from(nvlinks, kind="nvlink", width=None, health=Health.OK)
+        self._add_slices(g)
+        # Which GPU fabric each NVLink-level domain is (NVLink, XGMI), where a source said.
+        for i, h in enumerate(self.hosts):
+            kind = self.spec.hosts[h].gpu_fabric
+            if kind:
+                g.nodes[("nvlink", nv_names[nv_col[i]])]["fabric"] = kind
         # What nvidia-smi told about single GPUs: NVLink width and nearby NICs.
         for i, h in enumerate(self.hosts):
             nv = ("nvlink", nv_names[nv_col[i]])
@@ -252,6 +259,36 @@ class Fabric:
                 if gl.nvlinks:
                     g.edges[gid, nv]["width"] = max(gl.nvlinks.values())
         self.graph = g
+
+    def _add_slices(self, g: nx.Graph) -> None:
+        """GPU slices under the GPU they live on: ("slice", host, gpu, n) --slice-- ("gpu",
+        host, gpu). GPUs cut into MIG instances are GPU nodes too (``mig=True``), with a
+        PCIe edge to the host but none into the NVLink domain (MIG turns off peer-to-peer)
+        and not counted as whole GPUs."""
+        self._slices: dict[str, tuple[SliceSpec, ...]] = {}
+        for h in self.hosts:
+            hs = self.spec.hosts[h]
+            if not hs.slices:
+                continue
+            self._slices[h] = hs.slices
+            whole = hs.gpus or 0
+            for k in range(whole, whole + hs.mig_gpus):
+                g.add_node(("gpu", h, k), kind="gpu", near_nics=(), mig=True)
+                g.add_edge(("gpu", h, k), ("host", h), kind="pcie", health=Health.OK)
+            for n, sl in enumerate(hs.slices):
+                sid = ("slice", h, sl.gpu, n)
+                g.add_node(sid, kind="slice", slice_kind=sl.kind, gpu_type=sl.gpu_type,
+                           memory_gb=sl.memory_gb, compute=sl.compute)
+                g.add_edge(sid, ("gpu", h, sl.gpu), kind="slice", health=Health.OK)
+
+    def slices_of(self, host: str) -> tuple[SliceSpec, ...]:
+        """The host's GPU slices (MIG instances, shards), each with the GPU it lives on."""
+        self._i(host)
+        return self._slices.get(host, ())
+
+    @property
+    def total_slices(self) -> int:
+        return sum(len(s) for s in self._slices.values())
 
     def _resolve(self, name: str) -> Any:
         """A graph node from a name a person writes: host, switch, NVLink domain,
@@ -493,10 +530,11 @@ class Fabric:
         return place(self, shape, free)
 
     def fragmentation(self, free: Mapping[str, int], shapes: Sequence[Shape] = (),
-                      level: Level = Level.LEAF) -> Fragmentation:
+                      level: Level = Level.LEAF,
+                      free_slices: Mapping[str, int] | None = None) -> Fragmentation:
         from slurmpolicy.topology.fragmentation import fragmentation
 
-        return fragmentation(self, free, shapes, level)
+        return fragmentation(self, free, shapes, level, free_slices)
 
     # ---------------------------------------------------------------- sources
     @classmethod
@@ -535,6 +573,8 @@ class Fabric:
                 "leaf": self._dom_names[Level.LEAF][self._dom[Level.LEAF][i]],
                 "spine": self._dom_names[Level.SPINE][self._dom[Level.SPINE][i]],
                 "health": self.host_health(h).name.lower(),
+                "slices": [{"gpu": s.gpu, "kind": s.kind, "gpu_type": s.gpu_type,
+                            "memory_gb": s.memory_gb} for s in self._slices.get(h, ())],
                 # From nvidia-smi: nvlink | partial | pcie ("" unknown), the worst GPU
                 # pair's path, and how many GPUs are NVLinked all to all.
                 "interconnect": self._intra[i][0], "gpu_path": self._intra[i][1],

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.model import Node
-from slurmpolicy.topology.spec import FabricSpec
+from slurmpolicy.topology.slices import layout, whole_gpus
+from slurmpolicy.topology.spec import KNOWN_GPU_MEMORY_GB, FabricSpec
 
 
 def _one(node: str, features: Iterable[str], prefix: str, what: str, source: str) -> str | None:
@@ -49,8 +50,13 @@ def spec_from_nodes(nodes: Sequence[Node], source: str = "slurm") -> FabricSpec:
     spec = FabricSpec(source=source)
     for node in nodes:
         host = spec.host(node.name)
-        host.gpus = node.gpus
-        types = node.gpu_types
+        # MIG instances are gpu gres of their own type; they are slices of
+        # GPUs, not whole GPUs (topology.slices).
+        whole, slices = layout(node.gpus_by_type, node.shards_by_type, KNOWN_GPU_MEMORY_GB)
+        host.gpus = whole
+        host.slices = slices
+        host.mig_gpus = len({s.gpu for s in slices if s.kind == "mig"})
+        types = sorted(t for t in whole_gpus(node.gpus_by_type) if t)
         host.gpu_type = types[0] if len(types) == 1 else None
         host.origin["gpus"] = host.origin["gpu_type"] = f"{source} node {node.name}"
     return spec

@@ -54,8 +54,13 @@ def _served(fab: Fabric, free: list[int], shape: Shape) -> list[int]:
 
 
 def fragmentation(fab: Fabric, free: Mapping[str, int], shapes: Sequence[Shape] = (),
-                  level: Level = Level.LEAF) -> Fragmentation:
-    """Fragmentation per domain of ``level`` and overall; see the module docstring."""
+                  level: Level = Level.LEAF,
+                  free_slices: Mapping[str, int] | None = None) -> Fragmentation:
+    """Fragmentation per domain of ``level`` and overall; see the module docstring.
+
+    GPU slices (MIG instances, shards) are counted on their own: all the
+    fabric's slices, and of them the free ones (``free_slices`` per host;
+    None: all free). Whole GPUs cut into slices are not free GPUs."""
     free_col = [max(0, min(free.get(h, 0), fab._usable[i])) for i, h in enumerate(fab.hosts)]
     served = [0] * len(free_col)
     for shape in shapes:
@@ -83,7 +88,13 @@ def fragmentation(fab: Fabric, free: Mapping[str, int], shapes: Sequence[Shape] 
                             stranded_gpus=per_stranded[d], largest_free_host=per_largest[d])
         for d in range(len(names))
     )
+    slices = fab.total_slices
+    if free_slices is None:
+        loose = slices
+    else:
+        loose = sum(min(free_slices.get(h, 0), len(fab.slices_of(h))) for h in fab.hosts)
     return Fragmentation(
+        slices=slices, free_slices=loose,
         free_gpus=total, stranded_gpus=sum(stranded),
         index=0.0 if total == 0 else round(1.0 - whole / total, 6),
         by_domain=by_domain, level=level, largest_domain_free=max(per_free, default=0),

@@ -190,7 +190,7 @@ def parse_topo_matrix(text: str, host: str, path: str = "nvidia-smi topo -m") ->
                              numa_affinity=affinity.get("NUMA Affinity", ""),
                              pcie=pcie, nic_paths=nic_paths))
     spec = HostSpec(name=host, gpus=len(gpus), gpu_links=tuple(links),
-                    nics=tuple(nic_names.get(n, n) for n in nics))
+                    nics=tuple(nic_names.get(n, n) for n in nics), gpu_fabric="nvlink")
     spec.origin["gpus"] = path
     kind, rank = interconnect(spec)
     if len(gpus) > 1 and kind == "pcie":

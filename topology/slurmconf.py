@@ -15,6 +15,7 @@ from pathlib import Path
 from slurmpolicy.errors import TopologyError
 from slurmpolicy.hostlist import HostlistError, expand
 from slurmpolicy.model import Node
+from slurmpolicy.topology.slices import shards_in_gres
 from slurmpolicy.topology.spec import read_source
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -87,6 +88,8 @@ def read_slurm_conf_nodes(path: Path | str) -> tuple[list[Node], str]:
         gpus = parse_gres_gpus(pairs.get("gres", ""))
         features = tuple(f for f in pairs.get("feature", pairs.get("features", "")).split(",")
                          if f)
+        shards = shards_in_gres(pairs.get("gres", ""))
         for n in names:
-            nodes[n] = Node(name=n, state="IDLE", gpus_by_type=gpus, features=features)
+            nodes[n] = Node(name=n, state="IDLE", gpus_by_type=gpus, features=features,
+                            shards_by_type=shards)
     return list(nodes.values()), plugin

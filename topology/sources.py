@@ -11,7 +11,8 @@ conflict, never dropped):
    one beside the active slurm.conf - the given path, $SLURM_CONF,
    /etc/slurm/slurm.conf - where topology.yaml wins, as in Slurm 25.05+);
 4. ``nvidia-smi topo -m`` outputs (settings.fabric.nvidia_smi_topo, a glob of
-   files named after their host);
+   files named after their host), then ``rocm-smi --showtopo`` outputs of AMD
+   hosts (settings.fabric.rocm_smi_topo, the same way);
 5. node features (settings.fabric.nvlink_feature_prefix / leaf_feature_prefix).
 
 With no nodes given (Slurm not answering), the nodes of slurm.conf are used.
@@ -60,6 +61,7 @@ def load_fabric(
     topology_conf: Path | str | None = None,
     fabric_file: Path | str | None = None,
     nvidia_smi_topo: str | None = None,
+    rocm_smi_topo: str | None = None,
 ) -> Fabric:
     """Build the fabric from every source that is configured or present."""
     from slurmpolicy.settings import Fabric as FabricSettings
@@ -109,6 +111,17 @@ def load_fabric(
                 " `nvidia-smi topo -m` outputs named after their host (dgx01.txt)"
             )
         specs.append(read_topo_files(paths))
+    rocm_glob = rocm_smi_topo if rocm_smi_topo is not None else cfg.rocm_smi_topo
+    if rocm_glob:
+        from slurmpolicy.topology.rocmsmi import read_showtopo_files
+
+        rocm = [Path(p) for p in sorted(glob.glob(rocm_glob))]
+        if not rocm:
+            raise TopologyError(
+                f"rocm_smi_topo = {rocm_glob!r} matches no file; expected a glob of"
+                " `rocm-smi --showtopo` outputs named after their host (mi01.txt)"
+            )
+        specs.append(read_showtopo_files(rocm))
     if node_list:
         specs.append(spec_from_features(node_list, cfg.nvlink_feature_prefix,
                                         cfg.leaf_feature_prefix,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmpolicy.errors import TopologyError
+from slurmpolicy.topology.slices import SliceSpec
 from slurmpolicy.topology.types import Health, Level
 
 
@@ -54,7 +55,8 @@ class GpuLink:
     """One GPU of a host as ``nvidia-smi topo -m`` describes it."""
 
     index: int
-    #: NVLink count (the # of NV#) to each peer GPU index.
+    #: GPU-to-GPU fabric links to each peer GPU index: NVLinks (the # of NV#)
+    #: from nvidia-smi, 1 per XGMI peer from rocm-smi.
     nvlinks: dict[int, int] = field(default_factory=dict)
     #: NIC names whose affinity to this GPU is PIX or PXB (same PCIe switch).
     near_nics: tuple[str, ...] = ()
@@ -79,6 +81,12 @@ class HostSpec:
     leaf: str | None = None
     #: Per-GPU detail from nvidia-smi, when known.
     gpu_links: tuple[GpuLink, ...] = ()
+    #: GPU slices (MIG instances, shards) and the GPU each lives on (topology.slices).
+    slices: tuple[SliceSpec, ...] = ()
+    #: GPUs cut into MIG instances (after the ``gpus`` whole ones), not whole-GPU capacity.
+    mig_gpus: int = 0
+    #: The GPU-to-GPU fabric ``gpu_links`` describe: "nvlink" or "xgmi" (None: unknown).
+    gpu_fabric: str | None = None
     nics: tuple[str, ...] = ()
     #: Where each field came from, for conflict messages: field -> "file:line".
     origin: dict[str, str] = field(default_factory=dict)
@@ -236,8 +244,11 @@ def merge(specs: Iterable[FabricSpec]) -> FabricSpec:
                         f" but {theirs!r} in {host.origin.get(attr, spec.source)};"
                         f" using {ours!r}"
                     ), (out.sources[0], spec.source)))
+            if host.slices and not merged.slices:
+                merged.slices, merged.mig_gpus = host.slices, host.mig_gpus
             if host.gpu_links and not merged.gpu_links:
                 merged.gpu_links = host.gpu_links
+                merged.gpu_fabric = host.gpu_fabric
                 merged.nics = host.nics
         for switch, speed in spec.link_speed.items():
             out.link_speed.setdefault(switch, speed)

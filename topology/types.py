@@ -117,6 +117,9 @@ class Fragmentation:
     largest_domain_free: int = 0
     #: Free GPUs on hosts that are entirely free.
     whole_host_free: int = 0
+    #: GPU slices (MIG instances, shards) in all and free; not counted in the GPUs above.
+    slices: int = 0
+    free_slices: int = 0
 
     def summary(self) -> str:
         """One sentence for people: "32 GPUs free, but at most 8 in any one leaf"."""
@@ -131,4 +134,6 @@ class Fragmentation:
             text += f", but at most {self.largest_domain_free} in any one {word}"
         if self.stranded_gpus:
             text += f"; {self.stranded_gpus} of them cannot serve any waiting job shape"
+        if self.slices:
+            text += f"; {self.free_slices} of {self.slices} GPU slices free"
         return text

@@ -23,6 +23,15 @@ def check(path: str) -> None:
     click.echo(f"{path}: ok")
 
 
+@config.command("ranges")
+def ranges() -> None:
+    """Print every numeric setting with its allowed range and default (Markdown)."""
+    click.echo("| key | allowed | default |")
+    click.echo("|---|---|---|")
+    for key, allowed, default in settings_mod.ranges():
+        click.echo(f"| `{key}` | {allowed} | {default or '-'} |")
+
+
 @config.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context

@@ -2,12 +2,19 @@
 
 Thin commands over :mod:`slurmpolicy.daemon.loop` and the journal
 (:mod:`slurmpolicy.store`); the journal is opened read-only by log and report.
+
+``log`` and ``report`` show a user only what squeue would show them: root
+and the journal's owner (the daemon's user) read every record; anyone else,
+on a cluster whose ``PrivateData`` includes ``jobs``, reads only the records
+whose jobs Slurm shows them now (asked as that user). The journal itself is
+0600 by default, so this matters where a site lets others read it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -19,6 +26,7 @@ import click
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.durations import parse_duration
 from slurmpolicy.errors import SlurmPolicyError
+from slurmpolicy.inert import inert
 
 
 def _settings(ctx: click.Context) -> tuple[settings_mod.Settings, str | None]:
@@ -32,6 +40,57 @@ def _journal(ctx: click.Context, state_dir: str | None) -> Any:
     if state_dir is None:
         state_dir = _settings(ctx)[0].daemon.state_dir
     return Journal(state_dir, read_only=True)
+
+
+def audience(ctx: click.Context, journal: Any) -> set[int] | None:
+    """None when every record may be shown; else the jobs the caller may see.
+
+    Fails closed: when Slurm cannot say what it shows the caller, nothing is shown.
+    """
+    from slurmpolicy.errors import SlurmUnavailable
+
+    euid = os.geteuid()
+    try:
+        owner = journal.path.stat().st_uid
+    except OSError:
+        owner = -1
+    if euid in (0, owner):
+        return None
+    from slurmpolicy.slurm.connect import connect
+
+    cfg = _settings(ctx)[0]
+    options: dict[str, object] = {"timeout": cfg.slurm.command_timeout}
+    if cfg.slurm.bin_dir:
+        options["bin_dir"] = cfg.slurm.bin_dir
+    try:
+        client = connect(cfg.slurm.adapter, **options)
+        private = getattr(client, "private_data", None)
+        if callable(private) and "jobs" not in private():
+            return None
+        return {j.job_id for j in client.snapshot().jobs}
+    except SlurmUnavailable as exc:
+        raise SlurmUnavailable(
+            f"cannot ask Slurm which jobs it shows you (PrivateData), so no record is shown:"
+            f" {exc}") from exc
+
+
+def shown_to(record: Any, visible: set[int] | None) -> bool:
+    """Whether an audit record may be shown to a caller who sees ``visible`` jobs."""
+    if visible is None:
+        return True
+    jobs = set(record.jobs) | ({record.job_id} if record.job_id is not None else set())
+    return bool(jobs) and jobs <= visible
+
+
+def private_view(record: Any, visible: set[int]) -> Any:
+    """A record as a user who sees only ``visible`` jobs may read it: other job ids in
+    its words hidden, its detail (ids, names, nodes of other jobs) left out."""
+    from dataclasses import replace
+
+    from slurmpolicy.privacy import redact_jobs
+
+    return replace(record, reason=redact_jobs(record.reason, visible),
+                   outcome=redact_jobs(record.outcome, visible), detail={})
 
 
 def parse_when(text: str | None, now: float | None = None) -> float | None:
@@ -84,9 +143,13 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
     if state_dir is not None:
         loaded = msgspec.structs.replace(
             loaded, daemon=msgspec.structs.replace(loaded.daemon, state_dir=state_dir))
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO if verbose or not once else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(message)s")
+    from slurmpolicy.inert import InertFormatter
+
+    # One record, one line: job names and Slurm's words in a message are escaped.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InertFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(handlers=[handler],
+                        level=logging.INFO if verbose or not once else logging.WARNING)
     runner = Daemon(loaded, settings_path=path, dry_run=dry_run,
                     serve_metrics=not no_metrics)
     return runner.run(once=once)
@@ -141,8 +204,8 @@ def status(ctx: click.Context, state_dir: str | None, as_json: bool) -> int:
             click.echo("preemptions in flight: none")
         for p in in_flight:
             victims = ", ".join(f"{v['job_id']} ({v['state']})" for v in p["victims"])
-            click.echo(f"preemption {p['preemption_id']} for job {p['beneficiary']}: "
-                       f"{p['state']}; victims {victims}")
+            click.echo(inert(f"preemption {p['preemption_id']} for job {p['beneficiary']}: "
+                             f"{p['state']}; victims {victims}"))
     return 0 if running else 1
 
 
@@ -158,8 +221,15 @@ def log(ctx: click.Context, job_id: int | None, since: str | None, until: str | 
         limit: int | None, as_json: bool, state_dir: str | None) -> None:
     """The audit: every action the daemon took or planned, with its reason."""
     journal = _journal(ctx, state_dir)
+    visible = audience(ctx, journal)
     records = journal.read_audit(job_id=job_id, since=parse_when(since),
-                                 until=parse_when(until), limit=limit)
+                                 until=parse_when(until),
+                                 limit=limit if visible is None else None)
+    records = [r for r in records if shown_to(r, visible)]
+    if limit is not None:
+        records = records[-limit:] if limit > 0 else []
+    if visible is not None:
+        records = [private_view(r, visible) for r in records]
     if as_json:
         for r in records:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))
@@ -170,13 +240,20 @@ def log(ctx: click.Context, job_id: int | None, since: str | None, until: str | 
     for r in records:
         job = f"job {r.job_id}" if r.job_id is not None else "-"
         dry = " [dry-run]" if r.dry_run else ""
-        click.echo(f"{_fmt(r.at)}  {r.kind:<18} {job:<10} {r.outcome}{dry}\n"
-                   f"{'':21}{r.reason}")
+        # Reasons and outcomes quote job names and Slurm's words: one line each.
+        click.echo(f"{_fmt(r.at)}  {inert(r.kind):<18} {job:<10} {inert(r.outcome)}{dry}\n"
+                   f"{'':21}{inert(r.reason)}")
 
 
-def summarize(journal: Any, since: float | None, until: float | None) -> dict[str, Any]:
-    """Figures of a period from the audit and the metrics history."""
-    records = journal.read_audit(since=since, until=until)
+def summarize(journal: Any, since: float | None, until: float | None,
+              visible: set[int] | None = None) -> dict[str, Any]:
+    """Figures of a period from the audit and the metrics history.
+
+    ``visible``: the jobs the caller may see (None: all); actions and
+    preemptions are then counted for those jobs only.
+    """
+    records = [r for r in journal.read_audit(since=since, until=until)
+               if shown_to(r, visible)]
     kinds: Counter[str] = Counter()
     outcomes: dict[str, Counter[str]] = defaultdict(Counter)
     for r in records:
@@ -199,9 +276,12 @@ def summarize(journal: Any, since: float | None, until: float | None) -> dict[st
             waits[labels.get("class", "?")].append(v)
     preemptions = [p for p in journal.preemptions()
                    if (since is None or p["started_at"] >= since)
-                   and (until is None or p["started_at"] < until)]
+                   and (until is None or p["started_at"] < until)
+                   and (visible is None or p["beneficiary"] in visible
+                        or any(v["job_id"] in visible
+                               for v in journal.victims_of(p["preemption_id"])))]
     return {
-        "since": since, "until": until,
+        "since": since, "until": until, "only_jobs_you_can_see": visible is not None,
         "cycles": len(cycles),
         "mean_cycle_seconds": sum(v for _, _, v in cycles) / len(cycles) if cycles else 0.0,
         "slurm_calls": total("slurmpolicy_slurm_calls"),
@@ -247,17 +327,19 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
     journal = _journal(ctx, state_dir)
     start = parse_when(since or "1d")
     end = parse_when(until)
-    data = summarize(journal, start, end)
+    data = summarize(journal, start, end, audience(ctx, journal))
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     period = f"{_fmt(start) if start else 'beginning'} .. {_fmt(end) if end else 'now'} UTC"
     click.echo(f"slurmpolicy report, {period}")
+    if data["only_jobs_you_can_see"]:
+        click.echo("  (actions and preemptions of the jobs Slurm shows you: PrivateData=jobs)")
     click.echo(f"  cycles               {data['cycles']} (mean {data['mean_cycle_seconds']:.2f}s)")
     click.echo(f"  Slurm calls          {data['slurm_calls']:.0f}")
     for kind, count in sorted(data["actions"].items()):
         detail = ", ".join(f"{k} {v}" for k, v in sorted(data["outcomes"][kind].items()))
-        click.echo(f"  {kind:<20} {count} ({detail})")
+        click.echo(inert(f"  {kind:<20} {count} ({detail})"))
     states = ", ".join(f"{k} {v}" for k, v in sorted(data["preemptions_by_state"].items()))
     click.echo(f"  preemptions          {data['preemptions']}" + (f" ({states})" if states else ""))
     click.echo(f"  requeues             {data['requeues']:.0f}")
@@ -276,7 +358,7 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
     click.echo(f"  GPUs allocated/idle  {data['mean_gpus_allocated']:.1f} / "
                f"{data['mean_gpus_idle']:.1f} (mean)")
     for name, value in data["mean_wait_seconds_by_class"].items():
-        click.echo(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean")
+        click.echo(inert(f"  wait ({name})".ljust(23) + f"{value:.0f}s mean"))
 
 
 __all__ = ["daemon", "log", "report"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from slurmpolicy.devcluster import DevCluster, default_state_dir
+from slurmpolicy.devcluster import DevCluster, default_state_dir, parse_node_group
 from slurmpolicy.errors import DevClusterError
 
 _STATE_DIR_HELP = (
@@ -76,16 +76,31 @@ def devcluster() -> None:
 @click.option("--timeout", type=float, default=120, show_default=True,
               help="Seconds to wait for every node to be idle.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--node-group", "node_groups", multiple=True, metavar="SPEC",
+              help="More nodes for pools, e.g. prefix=amd,nodes=1,gpus=2,type=mi250,"
+                   "partition=amd or prefix=mig,mig=1g.10gb:7,shards=8,partition=mig "
+                   "(repeatable; docs/pools.md).")
+@click.option("--partition", "extra_partitions", multiple=True, metavar="NAME=HOSTS",
+              help="One more partition over the given hosts, e.g. hpc=gpu[01-04] (repeatable).")
 def up(state_dir: Path | None, nodes: int, gpus_per_node: int, gpu_type: str,
        racks: int | None, cpus_per_node: int | None, ctld_port: int | None,
        first_slurmd_port: int | None, cluster_name: str, job_submit_lua: Path | None,
-       slurm_prefix: Path | None, timeout: float, as_json: bool) -> None:
+       slurm_prefix: Path | None, timeout: float, as_json: bool,
+       node_groups: tuple[str, ...] = (), extra_partitions: tuple[str, ...] = ()) -> None:
     """Start munged (unless one runs), slurmctld and one slurmd per node; wait until idle."""
+    partitions: dict[str, str] = {}
+    for item in extra_partitions:
+        name, eq, hosts = item.partition("=")
+        if not eq or not name or not hosts:
+            raise DevClusterError(f"--partition {item!r}: expected NAME=HOSTS, e.g. "
+                                  "hpc=gpu[01-04]")
+        partitions[name] = hosts
     cluster = DevCluster(
         state_dir or default_state_dir(), nodes=nodes, gpus_per_node=gpus_per_node,
         gpu_type=gpu_type, racks=racks if racks is not None else min(2, nodes),
         ctld_port=ctld_port, first_slurmd_port=first_slurmd_port, slurm_prefix=slurm_prefix,
         job_submit_lua=job_submit_lua, cluster_name=cluster_name, cpus_per_node=cpus_per_node,
+        groups=[parse_node_group(g) for g in node_groups], partitions=partitions,
     )
     status = cluster.up(timeout=timeout)
     if as_json:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +21,8 @@ from slurmpolicy.directives import (
     schema,
 )
 from slurmpolicy.errors import ConfigError
+from slurmpolicy.jobpolicy import parse_admin_comment, with_node_range
+from slurmpolicy.pools import Route, node_range, request_from_options, route, sbatch_request
 
 
 def _settings(ctx: click.Context, path: str | None = None) -> settings_mod.Settings:
@@ -58,9 +61,14 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
     result = check_script(data, loaded, Context(
         account=account, partition=partition,
         check_account=account is not None, check_partition=partition is not None))
+    routed = _route(loaded, data, result, partition)
+    admin = _with_node_range(result.admin_comment, data) if result.ok else None
     if as_json:
-        click.echo(json.dumps({"script": script, **result.to_dict()}, indent=2))
-        if not result.ok:
+        extra: dict[str, Any] = {"admin_comment": admin, "route": None if routed is None else {
+            "partitions": list(routed.partitions), "pool": routed.pool, "text": routed.text,
+            "refused": routed.refused}}
+        click.echo(json.dumps({"script": script, **result.to_dict(), **extra}, indent=2))
+        if not result.ok or (routed is not None and routed.refused):
             ctx.exit(DirectiveErrors.exit_code)
         return
     for note in result.notes:
@@ -73,17 +81,46 @@ def check(ctx: click.Context, script: str, account: str | None, partition: str |
         for problem in result.problems:
             click.echo(f"{script}: {problem.message}", err=True)
         ctx.exit(DirectiveErrors.exit_code)
-    if result.admin_comment is None:
+    if routed is not None and routed.refused:
+        click.echo(f"{script}: {routed.refused}", err=True)
+        ctx.exit(DirectiveErrors.exit_code)
+    if routed is not None and routed.text:
+        click.echo(f"pool: {routed.text}")
+    if admin is None:
         click.echo(f"{script}: no #SPOLICY directives; the job gets the defaults "
                    f"(class {loaded.default_class})")
         return
     click.echo(f"{script}: ok")
-    click.echo(f"admin_comment: {result.admin_comment}")
-    policy = result.policy
+    click.echo(f"admin_comment: {admin}")
+    policy = parse_admin_comment(admin)
+    if policy.node_range is not None:
+        lo, hi = policy.node_range
+        click.echo(f"elastic: starts on {lo} to {hi} nodes, with what is free; " + (
+            f"a higher class may shrink it (checkpoint, requeue at no fewer than {lo} nodes) "
+            "instead of evicting it" if policy.can_checkpoint else
+            "it cannot checkpoint, so it is evicted, never shrunk"))
     if policy.can_checkpoint and policy.checkpoint is not None:
         click.echo(f"note: job_submit.lua also sets requeue=1; to be warned before the time "
                    f"limit as well, add '#SBATCH --signal=B:{policy.checkpoint.signal}@"
                    f"{max(60, int(policy.checkpoint.grace))}'", err=True)
+
+
+def _with_node_range(admin_comment: str | None, data: bytes) -> str | None:
+    """The admin_comment job_submit.lua writes: the directives, plus ``nodes=MIN-MAX``
+    for a node range (an elastic job), even without directives."""
+    lo, hi = node_range(sbatch_request(data).get("nodes", "1"))
+    return with_node_range(admin_comment, lo, hi)
+
+
+def _route(loaded: settings_mod.Settings, data: bytes, result: Any,
+           partition: str | None) -> Route | None:
+    """Where job_submit.lua's pool routing would send the script (None: no pools)."""
+    if not loaded.pools or not result.ok:
+        return None
+    policy = result.policy
+    request = request_from_options(sbatch_request(data), policy.job_class or loaded.default_class,
+                                   policy.gpu_type, policy.min_gpu_memory_gb, partition)
+    return route(loaded.pools, request)
 
 
 @directives.command("list")

@@ -21,9 +21,11 @@ import click
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import SlurmError
 from slurmpolicy.hostlist import HostlistError, compress, expand
+from slurmpolicy.inert import inert
 from slurmpolicy.model import Node
 from slurmpolicy.topology import Fabric
 from slurmpolicy.topology.render import render, source_form
+from slurmpolicy.topology.slices import node_free
 from slurmpolicy.topology.types import Health, Level, NoPlacement, Shape
 
 
@@ -37,6 +39,8 @@ class _Loaded:
         self.used = used
         self.live = live
         self.note = note
+        #: Free GPU slices (MIG instances, shards) per host.
+        self.free_slices: dict[str, int] = {}
 
 
 def _source_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,12 +88,17 @@ def _load(ctx: click.Context, topology_conf: str | None, fabric_file: str | None
     )
     if live:
         by_name = {n.name: n for n in nodes}
-        free = {h: by_name[h].gpus_free if h in by_name else 0 for h in fabric.hosts}
+        free = {h: node_free(by_name[h])[0] if h in by_name else 0 for h in fabric.hosts}
+        free_slices = {h: node_free(by_name[h])[1] if h in by_name else 0
+                       for h in fabric.hosts}
         used = {h: by_name[h].gpus_alloc if h in by_name else 0 for h in fabric.hosts}
     else:
         free = {h: fabric.usable_gpus_of(h) for h in fabric.hosts}
         used = {h: 0 for h in fabric.hosts}
-    return _Loaded(fabric, free, used, live, note)
+        free_slices = {h: len(fabric.slices_of(h)) for h in fabric.hosts}
+    loaded = _Loaded(fabric, free, used, live, note)
+    loaded.free_slices = free_slices
+    return loaded
 
 
 def _with_sources(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,13 +131,15 @@ def fabric() -> None:
 def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     """Draw spines, leaves, NVLink domains and hosts with their free/used GPUs."""
     fab = loaded.fabric
-    frag = fab.fragmentation(loaded.free)
+    frag = fab.fragmentation(loaded.free, free_slices=loaded.free_slices)
     if as_json:
         data = fab.to_dict()
         for host in data["hosts"]:
             host["gpus_free"] = loaded.free.get(host["name"], 0)
             host["gpus_used"] = loaded.used.get(host["name"], 0)
         data["free_gpus"] = frag.free_gpus
+        data["slices"] = frag.slices
+        data["free_slices"] = frag.free_slices
         data["fragmentation_index"] = frag.index
         data["summary"] = frag.summary()
         data["live"] = loaded.live
@@ -149,11 +160,11 @@ def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
     leaves = fab.domains(Level.LEAF)
     for spine in sorted(spines):
         s_hosts = spines[spine]
-        s_node = root.add(f"[bold cyan]spine {spine}[/] {_counts(loaded, s_hosts)}")
+        s_node = root.add(f"[bold cyan]spine {_shown(spine)}[/] {_counts(loaded, s_hosts)}")
         leaf_names = sorted({fab.domain_of(h, Level.LEAF) for h in s_hosts})
         for leaf in leaf_names:
             l_hosts = leaves[leaf]
-            l_node = s_node.add(f"[cyan]leaf {leaf}[/] {_counts(loaded, l_hosts)}")
+            l_node = s_node.add(f"[cyan]leaf {_shown(leaf)}[/] {_counts(loaded, l_hosts)}")
             if not with_hosts:
                 continue
             if multi_nv:
@@ -161,7 +172,8 @@ def show(loaded: _Loaded, as_json: bool, with_hosts: bool | None) -> None:
                 for h in l_hosts:
                     groups.setdefault(fab.domain_of(h, Level.NVLINK), []).append(h)
                 for nv, hosts in sorted(groups.items()):
-                    n_node = l_node.add(f"[magenta]NVLink {nv}[/] {_counts(loaded, hosts)}")
+                    n_node = l_node.add(
+                        f"[magenta]NVLink {_shown(nv)}[/] {_counts(loaded, hosts)}")
                     for h in hosts:
                         n_node.add(_host_line(loaded, h))
             else:
@@ -185,24 +197,35 @@ def _host_line(loaded: _Loaded, host: str) -> str:
     fab = loaded.fabric
     gpus = fab.gpus_of(host)
     free = loaded.free.get(host, 0)
-    used = loaded.used.get(host, 0)
+    # Slurm's allocated count includes MIG instances: whole GPUs only here.
+    used = min(loaded.used.get(host, 0), max(0, gpus - free))
     off = max(0, gpus - free - used)
     bar = "[red]" + "#" * used + "[/][green]" + "." * free + "[/][dim]" + "x" * off + "[/]"
     health = fab.host_health(host)
     mark = {Health.OK: "", Health.DEGRADED: " [yellow]degraded link[/]",
             Health.DOWN: " [red]uplink down[/]"}[health]
     kind = fab.gpu_type_of(host) or "gpu"
-    return f"{host} {bar} {free}/{gpus} {kind} free{mark}"
+    slices = fab.slices_of(host)
+    extra = (f" + {loaded.free_slices.get(host, 0)}/{len(slices)} GPU slices free"
+             if slices else "")
+    return f"{_shown(host)} {bar} {free}/{gpus} {_shown(kind)} free{extra}{mark}"
 
 
 def _print_notes(loaded: _Loaded, out: Callable[[str], None]) -> None:
     fab = loaded.fabric
     for conflict in fab.conflicts:
-        out(f"[red]conflict:[/] {conflict.message}")
+        out(f"[red]conflict:[/] {_shown(conflict.message)}")
     for warning in fab.warnings:
-        out(f"[yellow]warning:[/] {warning}")
+        out(f"[yellow]warning:[/] {_shown(warning)}")
     if loaded.note:
-        out(f"[dim]{loaded.note}[/]")
+        out(f"[dim]{_shown(loaded.note)}[/]")
+
+
+def _shown(text: object) -> str:
+    """A name from Slurm or a fabric file inside markup: controls escaped, no markup."""
+    from rich.markup import escape
+
+    return escape(inert(text))
 
 
 # --------------------------------------------------------------------- check
@@ -226,18 +249,18 @@ def check(loaded: _Loaded, as_json: bool) -> None:
                "interconnect": {k: compress(v) for k, v in sorted(kinds.items())},
                "conflicts": [c.message for c in fab.conflicts], "warnings": fab.warnings})
     else:
-        click.echo(f"sources: {fab.source}")
-        click.echo(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
-                   + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
-                               for k, v in counts.items()))
+        click.echo(inert(f"sources: {fab.source}"))
+        click.echo(inert(f"{len(fab.hosts)} hosts ({compress(fab.hosts)}), {fab.total_gpus} GPUs; "
+                         + ", ".join(f"{v} {k} domain{'s' if v != 1 else ''}"
+                                     for k, v in counts.items())))
         words = {"nvlink": "GPUs NVLinked all to all", "partial": "GPUs partly NVLinked",
                  "pcie": "PCIe only, no NVLink"}
         for kind, hosts in sorted(kinds.items()):
-            click.echo(f"{compress(hosts)}: {words[kind]}")
+            click.echo(inert(f"{compress(hosts)}: {words[kind]}"))
         for warning in fab.warnings:
-            click.echo(f"warning: {warning}")
+            click.echo(inert(f"warning: {warning}"))
         for conflict in fab.conflicts:
-            click.echo(f"conflict: {conflict.message}")
+            click.echo(inert(f"conflict: {conflict.message}"))
         click.echo(status)
     if fab.conflicts:
         click.get_current_context().exit(1)
@@ -297,9 +320,9 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
                    "best_hosts_in_one_domain": result.best_hosts_in_one_domain,
                    "note": loaded.note})
         else:
-            click.echo(f"no placement: {result.reason}")
+            click.echo(inert(f"no placement: {result.reason}"))
             if loaded.note:
-                click.echo(loaded.note)
+                click.echo(inert(loaded.note))
         click.get_current_context().exit(1)
     spans = {lv.name.lower(): n for lv, n in result.spans.items()}
     if as_json:
@@ -309,10 +332,10 @@ def place(loaded: _Loaded, as_json: bool, nodes: int, gpus_per_node: int, level:
     else:
         word = {Level.NVLINK: "NVLink domain"}.get(result.level, result.level.name.lower())
         where = loaded.fabric.domain_of(result.hosts[0], result.level)
-        click.echo(f"{compress(result.hosts)}: within one {word} ({where}); spans "
-                   + ", ".join(f"{n} {k}" for k, n in spans.items()
-                               if k in ("nvlink", "leaf", "spine"))
-                   + f"; cost {result.cost:g}" + ("; uses a degraded link" if result.degraded
-                                                  else ""))
+        click.echo(inert(f"{compress(result.hosts)}: within one {word} ({where}); spans "
+                         + ", ".join(f"{n} {k}" for k, n in spans.items()
+                                     if k in ("nvlink", "leaf", "spine"))
+                         + f"; cost {result.cost:g}"
+                         + ("; uses a degraded link" if result.degraded else "")))
         if loaded.note:
-            click.echo(loaded.note)
+            click.echo(inert(loaded.note))

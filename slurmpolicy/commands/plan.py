@@ -84,12 +84,17 @@ def plan(ctx: click.Context, as_json: bool, from_dir: str | None, adapter: str |
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from slurmpolicy.inert import inert
 
     console = Console()
     pending = sum(1 for j in snapshot.jobs if j.is_pending)
     running = sum(1 for j in snapshot.jobs if j.is_running)
-    console.print(f"[bold]Plan[/bold] for {snapshot.cluster_name or 'cluster'}: "
-                  f"{pending} pending, {running} running jobs; {source}")
+    # Text, never markup: names and reasons are data, shown with controls escaped.
+    console.print(Text("Plan", style="bold") + Text(
+        inert(f" for {snapshot.cluster_name or 'cluster'}: "
+              f"{pending} pending, {running} running jobs; {source}")))
     if not actions:
         console.print("Nothing to do.")
         return
@@ -98,5 +103,5 @@ def plan(ctx: click.Context, as_json: bool, from_dir: str | None, adapter: str |
     table.add_column("concerns")
     table.add_column("reason", overflow="fold")
     for a in actions:
-        table.add_row(a.kind, target_of(a), a.reason)
+        table.add_row(a.kind, Text(inert(target_of(a))), Text(inert(a.reason)))
     console.print(table)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from slurmpolicy import settings as settings_mod
 from slurmpolicy.errors import ConfigError
@@ -85,13 +86,21 @@ def _hosts_and_fabric(fabric_file: str | None, hosts: int, gpus_per_host: int,
               show_default=True,
               help="slurmpolicy mode: plan at least this often (seconds) when something "
                    "changed; production arrivals and open preemptions are planned every cycle.")
+@click.option("--elastic-fraction", type=click.FloatRange(0, 1), default=0.0,
+              show_default=True,
+              help="Fraction of multi-node jobs that are elastic (--nodes=MIN-MAX, MIN half "
+                   "their size): they start with what is free and are shrunk, not evicted.")
+@click.option("--no-shrink", is_flag=True,
+              help="Evict elastic victims instead of shrinking them (preemption.shrink_elastic"
+                   " = false), to measure what shrinking changes.")
 @click.pass_context
 def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str | None,
              fabric_file: str | None, hosts: int,
              gpus_per_host: int, hosts_per_leaf: int, hosts_per_nvlink: int,
              leaves_per_spine: int, mode: str, compare: bool, seed: int, as_json: bool,
              plot_dir: str | None, limit: int | None, load_scale: float,
-             production_fraction: float, grace_time: float, plan_refresh: float) -> None:
+             production_fraction: float, grace_time: float, plan_refresh: float,
+             elastic_fraction: float, no_shrink: bool) -> None:
     """Replay a workload trace and measure slurmpolicy against Slurm alone."""
     from rich.console import Console
 
@@ -99,13 +108,17 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
     from slurmpolicy.sim.trace import SacctReport, load_trace
 
     settings = settings_mod.load(ctx.obj.get("config_path") if ctx.obj else None)
+    if no_shrink:
+        settings = msgspec.structs.replace(settings, preemption=msgspec.structs.replace(
+            settings.preemption, shrink_elastic=False))
     if fmt != "synthetic" and not trace_path:
         raise click.UsageError("--trace FILE is required (or --format synthetic)")
     table, fabric = _hosts_and_fabric(fabric_file, hosts, gpus_per_host, hosts_per_leaf,
                                       hosts_per_nvlink, leaves_per_spine)
     rules = TraceRules(seed=seed, load_scale=load_scale, gpus_per_host=max(table.gpus),
                        production_fraction=production_fraction,
-                       classes=tuple(settings.classes), default_class=settings.default_class)
+                       classes=tuple(settings.classes), default_class=settings.default_class,
+                       elastic_fraction=elastic_fraction)
     report = SacctReport()
     trace = load_trace(trace_path, fmt, rules, limit, report, sacct_columns)
     if report.rows:
@@ -128,12 +141,15 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
         raw, summary = _run_one(trace, table, m, settings, slurm, fabric, err, plan_refresh)
         results.append(raw)
         summaries.append(summary)
+    pools = _pool_rows(settings, trace)
     if as_json:
         out: Any = summaries[0] if len(summaries) == 1 else {
             "modes": summaries,
             "targets_vs_slurm_grace": [
                 {"target": t, "slurmpolicy": a, "slurm-grace": b, "met": met}
                 for t, a, b, met in metrics.targets(summaries[0], summaries[-1])]}
+        if pools:
+            out = {**out, "pools": pools}
         click.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         console = Console()
@@ -142,6 +158,8 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
         console.print(metrics.render_table(summaries, title))
         if compare:
             console.print(metrics.render_targets(summaries[0], summaries[-1]))
+        if pools:
+            console.print(_pool_table(pools))
         for s in summaries:
             console.print(f"{s['mode']}: replayed in {s['wall_seconds']:.1f}s"
                           + (f", {s['plan_calls']:,} plan() calls" if s["plan_calls"] else ""))
@@ -153,6 +171,30 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
                       "(pip install 'slurmpolicy[plot]' or pip install matplotlib)", markup=False)
         else:
             err.print(f"plots written: {', '.join(str(p) for p in written)}", markup=False)
+
+
+def _pool_rows(settings: Any, trace: Any) -> list[dict[str, Any]]:
+    """Where job_submit.lua would route each trace job (settings [pools]), in jobs and
+    GPU-hours per pool; empty without pools. The replay itself runs one partition."""
+    if not settings.pools:
+        return []
+    from slurmpolicy.pools import Request, pool_report
+
+    return pool_report(settings, ((Request(
+        job_class=j.job_class, gpus=j.gpus, nodes=j.min_nodes or j.nodes,
+        gpus_per_node=j.gpus_per_node), j.gpus * j.duration / 3600.0) for j in trace))
+
+
+def _pool_table(pools: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="pools: where job_submit.lua would route the trace's jobs")
+    for col in ("pool", "partition", "jobs", "GPU-hours", "with a slice overflow"):
+        table.add_column(col, justify="left" if col in ("pool", "partition") else "right")
+    for r in pools:
+        table.add_row(r["pool"], r["partition"], f"{r['jobs']:,}", f"{r['gpu_hours']:,.1f}",
+                      f"{r['with_slice_overflow']:,}")
+    return table
 
 
 def _run_one(trace: Any, table: Any, mode: str, settings: Any, slurm: Any, fabric: Any,

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from slurmpolicy.durations import format_duration
+from slurmpolicy.inert import inert
 from slurmpolicy.model import Job, Node, Snapshot
 
 
@@ -105,7 +106,7 @@ def queue(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=_header(snap), title_justify="left")
+    table = Table(title=Text(inert(_header(snap))), title_justify="left")
     for col in ("job", "user", "account", "partition", "state", "reason"):
         table.add_column(col)
     for col in ("nodes×GPUs", "wait/run", "limit", "priority"):
@@ -116,10 +117,12 @@ def queue(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
         style = "green" if j.is_running else ("yellow" if j.is_pending else "dim")
         gpus = f"{j.node_count}×{j.gpus_per_node}" + (f" {j.gpu_type}" if j.gpu_type else "")
         reason = "" if j.reason == "None" else j.reason
-        # Text(), not markup strings: names are data, "[bold]" in one stays literal.
+        # Text(), not markup strings: names are data, "[bold]" in one stays literal;
+        # inert(): an escape sequence or newline in one is shown escaped, not sent.
         table.add_row(
-            Text(j.display_id), Text(j.user), Text(j.account), Text(j.partition),
-            Text(j.state.value, style=style), Text(reason), Text(gpus),
+            Text(inert(j.display_id)), Text(inert(j.user)), Text(inert(j.account)),
+            Text(inert(j.partition)), Text(j.state.value, style=style), Text(inert(reason)),
+            Text(inert(gpus)),
             format_duration(elapsed) if elapsed is not None else "-",
             format_duration(j.time_limit), str(j.priority),
         )
@@ -144,7 +147,7 @@ def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
     total = sum(n.gpus for n in snap.nodes)
     used = sum(n.gpus_alloc for n in snap.nodes)
     free = sum(n.gpus_free for n in snap.nodes)
-    table = Table(title=f"{_header(snap)} · GPUs {used}/{total} used, {free} free",
+    table = Table(title=Text(inert(f"{_header(snap)} · GPUs {used}/{total} used, {free} free")),
                   title_justify="left")
     for col in ("node", "state", "reason", "GPUs used", "GPUs free", "features", "partitions"):
         table.add_column(col)
@@ -155,9 +158,10 @@ def nodes(ctx: click.Context, as_json: bool, adapter: str | None, from_dir: str 
         free_text = (_gpus((t, max(0, c - n.gpus_alloc_by_type.get(t, 0)))
                            for t, c in n.gpus_by_type.items()) if n.schedulable else "0")
         bar = _bar(n.gpus_alloc, n.gpus)
-        table.add_row(n.name, Text(state, style=style), Text(n.reason),
-                      f"{used_text} {bar}", free_text, ",".join(n.features),
-                      ",".join(n.partitions))
+        table.add_row(Text(inert(n.name)), Text(inert(state), style=style),
+                      Text(inert(n.reason)), Text(inert(f"{used_text} {bar}")),
+                      Text(inert(free_text)), Text(inert(",".join(n.features))),
+                      Text(inert(",".join(n.partitions))))
     Console().print(table)
 
 

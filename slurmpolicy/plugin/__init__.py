@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from slurmpolicy.directives import lua_config
+from slurmpolicy.pools import lua_pools
 from slurmpolicy.settings import Settings
 
 TEMPLATE = "job_submit.lua.in"
@@ -76,4 +77,9 @@ def render(settings: Settings | None = None) -> str:
     """The job_submit.lua for ``settings`` (defaults when None)."""
     text = template()
     text = text.replace("@GENERATED@", GENERATED)
-    return text.replace("@CONFIG@", lua_literal(lua_config(settings)))
+    config = lua_config(settings)
+    # Pools (slurmpolicy.pools): routing of jobs that name no partition.
+    s = settings or Settings()
+    config["pools"] = lua_pools(s)
+    config["default_class"] = s.default_class
+    return text.replace("@CONFIG@", lua_literal(config))

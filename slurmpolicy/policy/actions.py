@@ -124,6 +124,10 @@ class Requeue(Action):
     job_id: int
     restart_count: int
     after: str
+    #: An elastic victim (policy/elastic.py): after the requeue its node count
+    #: becomes ``shrink_min``-``shrink_to``, the nodes the beneficiary leaves it.
+    shrink_to: int | None = None
+    shrink_min: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

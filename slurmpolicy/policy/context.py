@@ -21,6 +21,7 @@ from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
 from slurmpolicy.policy.classes import JobClass, resolve_class
 from slurmpolicy.protocol import effective_policy
 from slurmpolicy.settings import Settings
+from slurmpolicy.topology.slices import is_slice_type, node_free
 from slurmpolicy.topology.types import Level, Shape
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ class Context:
         self.used_gpus = sum(min(self.nodes[h].gpus_alloc, self.nodes[h].gpus)
                              for h in self.gpu_hosts)
         self.free: dict[str, int] = {h: self.nodes[h].gpus_free for h in self.gpu_hosts}
+        # GPU slices (MIG instances) are not whole GPUs: whole-GPU shapes never count them.
+        for h in self.gpu_hosts:
+            if self.nodes[h].gpus_by_type and any(is_slice_type(t)
+                                                  for t in self.nodes[h].gpus_by_type):
+                self.free[h] = node_free(self.nodes[h])[0]
         self._partition_hosts: dict[str, tuple[str, ...]] = {}
         for partition in snapshot.partitions:
             self._partition_hosts[partition.name] = tuple(partition.nodes)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from slurmpolicy.durations import humanize
 from slurmpolicy.errors import JobGone
 from slurmpolicy.hostlist import compress
-from slurmpolicy.jobpolicy import last_checkpoint
+from slurmpolicy.jobpolicy import JobPolicy, last_checkpoint
 from slurmpolicy.model import Job, Snapshot
-from slurmpolicy.policy import deferral, preemption, priority, reservations
+from slurmpolicy.policy import deferral, elastic, preemption, priority, reservations
 from slurmpolicy.policy.actions import Intents, VictimState
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node
 from slurmpolicy.policy.explanation import Alternative, Explanation
@@ -225,6 +225,17 @@ def _alternatives(ctx: Context, job: Job) -> tuple[Alternative, ...]:
     return tuple(out)
 
 
+def pool_line(settings: Settings, job: Job, policy: JobPolicy, job_class: str) -> str | None:
+    """Which pool the job is in and why (slurmpolicy.pools), None without pools."""
+    if not settings.pools:
+        return None
+    from slurmpolicy.pools import describe_job
+
+    return describe_job(settings, job_class, job.partition, job.gpus, job.node_count,
+                        job.gpus_per_node, job.gpu_type or policy.gpu_type,
+                        policy.min_gpu_memory_gb)
+
+
 def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
             now: float, job_id: int) -> Explanation:
     """Why job ``job_id`` waits (or what is happening to it while it runs)."""
@@ -236,6 +247,13 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
     notes = [cls.note] if cls.note else []
     if not ctx.policy(job).readable:
         notes.append("its #SPOLICY record could not be read; defaults apply")
+    pool_note = pool_line(settings, job, ctx.policy(job), cls.name)
+    if pool_note:
+        notes.append(pool_note)
+    elastic_note = (elastic.running_note(ctx, job) if job.is_running else
+                    elastic.pending_note(ctx, job) if job.is_pending else None)
+    if elastic_note:
+        notes.append(elastic_note)
     base = dict(job_id=job.job_id, job_class=cls.name, partition=job.partition,
                 request=request_text(ctx, job), slurm_reason=job.reason,
                 slurm_reason_text=SLURM_REASONS.get(job.reason, job.reason))

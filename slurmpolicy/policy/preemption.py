@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint
 from slurmpolicy.model import Job, JobState
+from slurmpolicy.policy import elastic
 from slurmpolicy.policy.actions import (
     Action,
     Annotate,
@@ -169,9 +170,10 @@ class _Round:
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
-def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, int]:
+def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, bool, int]:
+    # An elastic victim (policy/elastic.py) only shrinks: taken first on equal lost work.
     return (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
-            lost_work(ctx, job), job.job_id)
+            lost_work(ctx, job), elastic.node_range(ctx, job) is None, job.job_id)
 
 
 def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
@@ -282,15 +284,17 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
         if f < gpn:
             continue
         cost = 0.0
+        rigid = 0  # victims that would be evicted rather than shrunk (policy/elastic.py)
         got = free.get(h, 0)
         for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
             if got >= gpn:
                 break
             got += _gpus_on(v, h)
             cost += lost_work(ctx, v)
-        costs.append((cost, h not in shape.prefer, h))
+            rigid += elastic.node_range(ctx, v) is None
+        costs.append((cost, rigid, h not in shape.prefer, h))
     costs.sort()
-    return frozenset(h for _, _, h in costs[:shape.nodes])
+    return frozenset(h for _, _, _, h in costs[:shape.nodes])
 
 
 def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],
@@ -397,7 +401,10 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
-            f"loses {gpu_hours(lost_work(ctx, v))})" for v in victims)
+            f"loses {gpu_hours(lost_work(ctx, v))}"
+            + (f"; {elastic.describe(ctx, v, keep)}"
+               if (keep := elastic.shrink_target(ctx, v, hosts)) is not None else "")
+            + ")" for v in victims)
         duration = job.time_limit or ctx.settings.reservations.default_duration
         pid = f"pre-{job.job_id}-{int(ctx.now)}"
         actions.append(StartPreemption(
@@ -495,6 +502,19 @@ def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
                 f"checkpoint signal, so nothing to wait for"))
 
 
+def _requeue(ctx: Context, p: PreemptionIntent, job: Job, restart_count: int, after: str,
+             reason: str) -> Requeue:
+    """A victim's Requeue; an elastic victim's also shrinks it (policy/elastic.py)."""
+    keep = elastic.shrink_target(ctx, job, p.nodes)
+    rng = elastic.node_range(ctx, job)
+    if keep is None or rng is None:
+        return Requeue(preemption_id=p.preemption_id, job_id=job.job_id,
+                       restart_count=restart_count, after=after, reason=reason)
+    return Requeue(preemption_id=p.preemption_id, job_id=job.job_id,
+                   restart_count=restart_count, after=after, shrink_to=keep, shrink_min=rng[0],
+                   reason=f"{reason}; {elastic.describe(ctx, job, keep)}")
+
+
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
     beneficiary = ctx.by_id.get(p.beneficiary)
@@ -586,24 +606,21 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
         if v.state is VictimState.SIGNALLED:
             ack = last_checkpoint(job.comment, ctx.now)
             if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="acknowledged",
-                    reason=f"requeue victim {v.job_id}: checkpoint acknowledged"))
+                actions.append(_requeue(
+                    ctx, p, job, v.restart_count, "acknowledged",
+                    f"requeue victim {v.job_id}: checkpoint acknowledged"))
             elif v.deadline is not None and ctx.now >= v.deadline:
-                actions.append(Requeue(
-                    preemption_id=p.preemption_id, job_id=v.job_id,
-                    restart_count=v.restart_count, after="deadline",
-                    reason=(f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
-                            f"({humanize(ctx.now - (v.signalled_at or ctx.now))} after the "
-                            "signal)")))
+                actions.append(_requeue(
+                    ctx, p, job, v.restart_count, "deadline",
+                    (f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
+                     f"({humanize(ctx.now - (v.signalled_at or ctx.now))} after the "
+                     "signal)")))
             continue
         if v.state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
             # The requeue was decided but Slurm still shows the job running: ask again
             # (Slurm answers "already pending" when it was done).
-            actions.append(Requeue(preemption_id=p.preemption_id, job_id=v.job_id,
-                                   restart_count=v.restart_count, after=v.state.value,
-                                   reason=f"requeue victim {v.job_id} again: still running"))
+            actions.append(_requeue(ctx, p, job, v.restart_count, v.state.value,
+                                    f"requeue victim {v.job_id} again: still running"))
     return actions
 
 

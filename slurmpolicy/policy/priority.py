@@ -3,9 +3,12 @@
 Owns the number slurmpolicy hands Slurm for each pending job through its
 site factor (Slurm's multifactor plugin keeps adding its own factors), the
 effective priority the other rules and the inspector rank jobs by, and the
-rule for which changes are worth a Slurm call: only those that moved by at
-least ``priority.change_threshold`` against what was last set, at most
-``priority.max_updates_per_cycle`` per cycle, largest change first.
+rule for which changes are worth a Slurm call: a new job's value (when it
+differs by ``priority.change_threshold`` or more from what Slurm holds), and
+a known job's only when its old value would put it out of order against a
+job it competes with; at most ``priority.max_updates_per_cycle`` per cycle,
+largest change first. Only the order of competing jobs matters to Slurm, so
+drifts that change no order cost nothing.
 """
 
 from __future__ import annotations
@@ -108,23 +111,114 @@ def compute(ctx: Context) -> PriorityResult:
     return PriorityResult(site, effective, fragmented, order, heads)
 
 
-def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFactor]:
-    """Changes worth a Slurm call, largest first, capped per cycle."""
-    threshold = ctx.settings.priority.change_threshold
-    known = ctx.intents.site_factors
-    changes: list[tuple[int, int, int, int]] = []
+def competing_groups(ctx: Context) -> list[list[Job]]:
+    """Pending jobs that compete for the same nodes: partitions that share a host
+    (or a multi-partition job) are one group; each group, in no particular order."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    by_host: dict[str, str] = {}
+    for node in ctx.snapshot.nodes:
+        for part in node.partitions:
+            find(part)
+            if node.name in by_host:
+                union(part, by_host[node.name])
+            else:
+                by_host[node.name] = part
+    first: dict[int, str] = {}
+    for part, jobs in ctx.pending_by_partition.items():
+        find(part)
+        for job in jobs:
+            seen = first.setdefault(job.job_id, part)
+            if seen != part:  # a job asking for several partitions joins them
+                union(seen, part)
+    groups: dict[str, list[Job]] = {}
     for job in ctx.pending:
-        new = result.site_factor[job.job_id]
-        previous = known.get(job.job_id, job.site_factor)
-        if abs(new - previous) >= max(1, threshold):
-            changes.append((-abs(new - previous), job.job_id, new, previous))
-    changes.sort()
+        groups.setdefault(find(first.get(job.job_id, "")), []).append(job)
+    return list(groups.values())
+
+
+#: Passes of the order check before every changed job of a group is written.
+_MAX_PASSES = 64
+
+
+def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
+             effective: dict[int, int], threshold: int, chosen: set[int]) -> None:
+    """Add to ``chosen`` the jobs of ``group`` whose site factor must be written so
+    that Slurm's order matches the policy's wherever the policy's priorities differ
+    by at least ``threshold`` (closer ones count as ties: no write to swap them).
+
+    Slurm ranks by its priority, which holds the site factor it has now (``cur``;
+    ``new`` once chosen); ties go to the earlier submit, then the lower job id.
+    """
+    order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0, j.job_id))
+
+    def slurm_key(j: Job) -> tuple[int, float, int]:
+        value = new[j.job_id] if j.job_id in chosen else cur[j.job_id]
+        return (effective[j.job_id] - new[j.job_id] + value, -(j.submit_time or 0.0),
+                -j.job_id)
+
+    for _ in range(_MAX_PASSES):
+        added = False
+        lowest: tuple[int, float, int] | None = None  # the weakest job that must stay ahead
+        weakest: Job | None = None
+        ahead = 0
+        for k in order:
+            # Every job at least ``threshold`` above k must stay ahead of it in Slurm.
+            while ahead < len(order) and order[ahead] is not k and \
+                    effective[order[ahead].job_id] >= effective[k.job_id] + threshold:
+                key = slurm_key(order[ahead])
+                if lowest is None or key < lowest:
+                    lowest, weakest = key, order[ahead]
+                ahead += 1
+            if lowest is None or weakest is None or lowest > slurm_key(k):
+                continue
+            # Out of order: move the one whose site factor is stale.
+            target = k if new[k.job_id] != cur[k.job_id] and k.job_id not in chosen \
+                else weakest
+            if target.job_id not in chosen and new[target.job_id] != cur[target.job_id]:
+                chosen.add(target.job_id)
+                added = True
+        if not added:
+            return
+    chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
+
+
+def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFactor]:
+    """The site factors worth a Slurm call, largest change first, capped per cycle.
+
+    A job the daemon never set gets its site factor when it differs from what
+    Slurm holds by ``priority.change_threshold`` or more. A job it did set is
+    written again only when its old value puts it out of order against a job
+    it competes with (same nodes) by at least the threshold: drifts that change
+    no order cost no Slurm call, however many jobs drift.
+    """
+    threshold = max(1, ctx.settings.priority.change_threshold)
+    known = ctx.intents.site_factors
+    new = result.site_factor
+    cur = {j.job_id: known.get(j.job_id, j.site_factor) for j in ctx.pending}
+    chosen = {j.job_id for j in ctx.pending
+              if j.job_id not in known and abs(new[j.job_id] - cur[j.job_id]) >= threshold}
+    for group in competing_groups(ctx):
+        if len(group) > 1:
+            _reorder(group, new, cur, result.effective, threshold, chosen)
+    changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     actions = []
-    for _, job_id, new, previous in changes[:ctx.settings.priority.max_updates_per_cycle]:
+    for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]:
         job = ctx.by_id[job_id]
+        why = "new job" if job_id not in known else "its order against competing jobs changed"
         actions.append(SetSiteFactor(
-            job_id=job_id, site_factor=new, previous=previous,
-            reason=f"site factor {previous} -> {new}: "
+            job_id=job_id, site_factor=new[job_id], previous=cur[job_id],
+            reason=f"site factor {cur[job_id]} -> {new[job_id]} ({why}): "
                    f"{factors(ctx, job, result.fragmented[job_id]).describe()}"
                    f" ({ctx.job_class(job).name}, {ctx.fairshare.describe(job.account)})"))
     return actions

@@ -89,7 +89,7 @@ class PolicyDriver:
         self.open = False
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
-        self._policy_text: dict[tuple[str, float, float], str] = {}
+        self._policy_text: dict[tuple[str, float, float, int | None, int], str] = {}
         self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
                                    priority_tier=1, preempt_mode="OFF")
         self.actions_applied: dict[str, int] = {}
@@ -209,7 +209,7 @@ class PolicyDriver:
         elif isinstance(action, Requeue):
             j = sim.by_id.get(action.job_id)
             if j is not None and j.state == 1 and j.restarts == action.restart_count:
-                sim.requeue(j, j.durable(sim.now))
+                sim.requeue(j, j.durable(sim.now), shrink_to=action.shrink_to)
         elif isinstance(action, SetBeginTime):
             j = sim.by_id.get(action.job_id)
             if j is not None:
@@ -219,14 +219,16 @@ class PolicyDriver:
     # --- the snapshot ------------------------------------------------------------------
     def _admin_comment(self, j: SimJob) -> str:
         spec = j.spec
-        key = (spec.job_class, spec.save_time, spec.ckpt_interval)
+        key = (spec.job_class, spec.save_time, spec.ckpt_interval, spec.min_nodes, spec.nodes)
         text = self._policy_text.get(key)
         if text is None:
             # The job declares a grace with a margin over its real save time.
             grace = float(math.ceil(spec.save_time * 1.25))
             text = render_admin_comment(JobPolicy(
                 job_class=spec.job_class,
-                checkpoint=Checkpoint(signal="USR1", grace=grace, interval=spec.ckpt_interval)))
+                checkpoint=Checkpoint(signal="USR1", grace=grace, interval=spec.ckpt_interval),
+                node_range=(None if spec.min_nodes is None
+                            else (spec.min_nodes, spec.nodes))))
             self._policy_text[key] = text
         return text
 
@@ -256,8 +258,11 @@ class PolicyDriver:
             partition=PARTITION,
             state=JobState.RUNNING if running else JobState.PENDING,
             reason="None" if running else "Priority",
-            priority=j.prio, site_factor=j.site_factor, node_count=spec.nodes,
-            gpus_per_node=spec.gpus_per_node, gpus=spec.gpus, gpu_type=None,
+            priority=j.prio, site_factor=j.site_factor,
+            # Slurm shows a running job's allocation, a pending elastic job's minimum.
+            node_count=len(j.alloc) if running else j.floor,
+            gpus_per_node=spec.gpus_per_node,
+            gpus=j.gpus_now if running else j.floor * spec.gpus_per_node, gpu_type=None,
             time_limit=spec.time_limit if math.isfinite(spec.time_limit) else None,
             submit_time=EPOCH + spec.submit, eligible_time=EPOCH + j.eligible,
             start_time=EPOCH + j.run_start if running else None,

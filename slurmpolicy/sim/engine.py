@@ -91,10 +91,13 @@ class SimJob:
         "alloc",
         "base",
         "begin_time",
+        "cap",
         "ckpt",
         "eligible",
         "end",
         "first_start",
+        "floor",
+        "gpus_now",
         "id",
         "key",
         "lost_work",
@@ -106,13 +109,16 @@ class SimJob:
         "preempting",
         "preemptions",
         "prio",
+        "rate",
         "restarts",
         "resv",
         "run_start",
         "runs",
         "saving",
+        "shrinks",
         "signal_at",
         "site_factor",
+        "smaller_starts",
         "spec",
         "state",
         "tier",
@@ -158,9 +164,19 @@ class SimJob:
         self.signal_at: float | None = None
         self.preempt_asked = False
         self.runs = 0
+        # Elastic jobs (spec.min_nodes): the GPUs of this run, the most nodes the
+        # next start may take (a shrink lowers it), and progress per second
+        # (nodes now / nodes asked: work is counted at the full size).
+        self.gpus_now = spec.gpus
+        self.cap = spec.nodes
+        self.floor = spec.min_nodes or spec.nodes
+        self.rate = 1.0
+        self.shrinks = 0
+        self.smaller_starts = 0
 
     def progress(self, t: float) -> float:
-        return self.base + max(0.0, t - self.origin) if self.state == RUNNING else self.ckpt
+        return (self.base + max(0.0, t - self.origin) * self.rate if self.state == RUNNING
+                else self.ckpt)
 
     def durable(self, t: float) -> float:
         """Progress in the latest checkpoint at ``t`` (periodic ones included)."""
@@ -441,7 +457,11 @@ class Simulator:
         now = self.now
         self.hosts.take(alloc)
         self._account(now)
-        self.busy += j.spec.gpus
+        j.gpus_now = sum(g for _, g in alloc)
+        j.rate = min(1.0, j.gpus_now / j.spec.gpus) if j.spec.gpus else 1.0
+        if j.rate < 1.0:
+            j.smaller_starts += 1
+        self.busy += j.gpus_now
         j.alloc = alloc
         j.state = RUNNING
         j.ver += 1
@@ -465,18 +485,18 @@ class Simulator:
                 self.multi[1] += leaf
                 self.multi[2] += nvl
         self.running[j.id] = j
-        self.run_gpus_by_acct[j.spec.account] += j.spec.gpus
+        self.run_gpus_by_acct[j.spec.account] += j.gpus_now
         self.changed = True
-        self.push(j.origin + (j.spec.duration - j.base), _END, j.id, j.ver)
+        self.push(j.origin + (j.spec.duration - j.base) / j.rate, _END, j.id, j.ver)
 
     def _stop(self, j: SimJob) -> None:
         self.hosts.give(j.alloc)
         self._account(self.now)
-        self.busy -= j.spec.gpus
+        self.busy -= j.gpus_now
         j.alloc = []
         j.ver += 1
         del self.running[j.id]
-        self.run_gpus_by_acct[j.spec.account] -= j.spec.gpus
+        self.run_gpus_by_acct[j.spec.account] -= j.gpus_now
         self.changed = True
 
     def _on_end(self, job_id: int, ver: int) -> None:
@@ -492,10 +512,17 @@ class Simulator:
             self.driver.job_ended(j)
         self.kick()
 
-    def requeue(self, j: SimJob, keep: float) -> None:
-        """Slurm requeue: the job stops now and restarts from progress ``keep``."""
+    def requeue(self, j: SimJob, keep: float, shrink_to: int | None = None) -> None:
+        """Slurm requeue: the job stops now and restarts from progress ``keep``;
+        an elastic job shrunk restarts on at most ``shrink_to`` nodes."""
         if j.state != RUNNING:
             return
+        if j.spec.min_nodes is not None and shrink_to is not None:
+            # NumNodes=MIN-LEFT after the requeue (policy/elastic.py). Without it
+            # Slurm keeps the job's range (measured on 22.05) and restarts it with
+            # what is free within it, after its requeue delay.
+            j.cap = max(j.spec.min_nodes, shrink_to)
+            j.shrinks += 1
         p = j.progress(self.now)
         j.lost_work += max(0.0, p - keep)
         j.ckpt = keep
@@ -520,7 +547,7 @@ class Simulator:
         j.saving = p
         j.overhead += j.spec.save_time
         j.ver += 1
-        self.push(j.origin + (j.spec.duration - j.base), _END, j.id, j.ver)
+        self.push(j.origin + (j.spec.duration - j.base) / j.rate, _END, j.id, j.ver)
         done = now + j.spec.save_time
         self.push(done, _SAVED, j.id, j.ver)
         return done
@@ -562,12 +589,24 @@ class Simulator:
 
     def _try_place(self, j: SimJob, avoid: set[int] | None = None) -> list[tuple[int, int]] | None:
         spec = j.spec
-        if self.hosts.free_gpus < spec.gpus:
+        if spec.min_nodes is None:
+            return self._place_n(j, spec.nodes, avoid)
+        # An elastic job starts with what is free within its range, as Slurm
+        # starts a --nodes=MIN-MAX job "without delaying its initiation".
+        for n in range(min(j.cap, spec.nodes), j.floor - 1, -1):
+            alloc = self._place_n(j, n, avoid)
+            if alloc is not None:
+                return alloc
+        return None
+
+    def _place_n(self, j: SimJob, n: int, avoid: set[int] | None) -> list[tuple[int, int]] | None:
+        spec = j.spec
+        if self.hosts.free_gpus < n * spec.gpus_per_node:
             return None
         if j.resv is not None:
             r = self.reservations.get(j.resv)
             if r is not None and r.start <= self.now < r.end:
-                inside = self.hosts.place(spec.nodes, spec.gpus_per_node, only=r.hosts)
+                inside = self.hosts.place(n, spec.gpus_per_node, only=r.hosts)
                 if inside is not None:
                     return inside
         usable = self._usable(j)
@@ -575,7 +614,7 @@ class Simulator:
             usable = list(usable) if usable is not None else [True] * len(self.hosts.names)
             for h in avoid:
                 usable[h] = False
-        return self.hosts.place(spec.nodes, spec.gpus_per_node, usable=usable)
+        return self.hosts.place(n, spec.gpus_per_node, usable=usable)
 
     def schedule(self, backfill: bool) -> None:
         """One pass of Slurm's main scheduler (strict order) or of EASY backfill."""

@@ -43,6 +43,10 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _jct(job: SimJob) -> float:
     return (job.end if job.end is not None else job.spec.submit) - job.spec.submit
 
@@ -93,6 +97,16 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "preempted_jobs": sum(1 for j in raw.jobs if j.preemptions),
         "lost_gpu_hours": sum(j.lost_work * j.spec.gpus for j in raw.jobs) / 3600.0,
         "overhead_gpu_hours": sum(j.overhead * j.spec.gpus for j in raw.jobs) / 3600.0,
+        # Elastic jobs (--nodes=MIN-MAX): started below their maximum, shrunk
+        # instead of evicted, and evicted all the same.
+        "elastic_jobs": sum(1 for j in raw.jobs if j.spec.min_nodes is not None),
+        "elastic_started_smaller": sum(j.smaller_starts for j in raw.jobs),
+        "elastic_shrinks": sum(j.shrinks for j in raw.jobs),
+        "elastic_evictions": sum(j.preemptions - j.shrinks for j in raw.jobs
+                                 if j.spec.min_nodes is not None),
+        "elastic_jct_mean": _mean([_jct(j) for j in done if j.spec.min_nodes is not None]),
+        "elastic_wait_mean": _mean([j.pending_total for j in done
+                                    if j.spec.min_nodes is not None]),
         "multi_node_jobs": raw.multi_node,
         "multi_node_in_one_leaf": raw.multi_in_leaf / raw.multi_node if raw.multi_node else None,
         "multi_node_in_one_nvlink": (raw.multi_in_nvlink / raw.multi_node
@@ -187,6 +201,14 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     add("GPU-hours save/restore overhead", lambda s: s["overhead_gpu_hours"], num)
     add("multi-node jobs within one leaf", lambda s: s["multi_node_in_one_leaf"], pct)
     add("multi-node jobs within one NVLink domain", lambda s: s["multi_node_in_one_nvlink"], pct)
+    if summaries[0].get("elastic_jobs"):
+        count = "{:,}".format
+        add("elastic jobs", lambda s: s["elastic_jobs"], count)
+        add("elastic starts below their maximum", lambda s: s["elastic_started_smaller"], count)
+        add("elastic jobs shrunk instead of evicted", lambda s: s["elastic_shrinks"], count)
+        add("elastic jobs evicted", lambda s: s["elastic_evictions"], count)
+        add("elastic jobs wait mean", lambda s: s["elastic_wait_mean"], _dur)
+        add("elastic jobs completion time mean", lambda s: s["elastic_jct_mean"], _dur)
     return out
 
 

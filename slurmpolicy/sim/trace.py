@@ -67,6 +67,9 @@ class TraceJob:
     save_time: float = 30.0
     #: Seconds a restarted job spends reading its checkpoint before progressing.
     restore_time: float = 60.0
+    #: An elastic job (``--nodes=MIN-MAX``): the least nodes it runs on; ``nodes``
+    #: is its maximum. None: rigid.
+    min_nodes: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -89,6 +92,10 @@ class TraceRules:
     overestimate: tuple[float, float] = (1.5, 4.0)
     #: Arrival times are divided by this (2.0: twice as many jobs per hour).
     load_scale: float = 1.0
+    #: Fraction of multi-node jobs that are elastic (``--nodes=MIN-MAX`` with MIN
+    #: half their size, rounded up); drawn from a generator of their own, so
+    #: that the other draws, and so every other job, stay the same.
+    elastic_fraction: float = 0.0
 
     def shape(self, gpus: int) -> tuple[int, int]:
         """(nodes, gpus per node) for a job of ``gpus`` GPUs."""
@@ -120,11 +127,16 @@ class TraceRules:
         if time_limit is None or math.isinf(time_limit):
             time_limit = max(3600.0, math.ceil(duration * u_limit / 3600.0) * 3600.0)
         nodes, gpn = self.shape(gpus)
+        min_nodes = None
+        if self.elastic_fraction > 0 and nodes > 1 and \
+                random.Random(self.seed * 1_000_003 + job_id).random() < self.elastic_fraction:
+            min_nodes = math.ceil(nodes / 2)
         return TraceJob(
             job_id=job_id, submit=submit / self.load_scale, duration=max(1.0, duration),
             nodes=nodes, gpus_per_node=gpn, account=account or "default", job_class=job_class,
             user=user or account or "user", time_limit=time_limit,
             ckpt_interval=self.ckpt_interval, save_time=save, restore_time=self.restore_time,
+            min_nodes=min_nodes,
         )
 
 

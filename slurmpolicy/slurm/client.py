@@ -10,9 +10,11 @@ means the goal is reached, and the executor treats it so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slurmpolicy.errors import SlurmError
 from slurmpolicy.model import Job, Snapshot
 
 #: "batch": the batch shell only; "steps": the job steps only (Slurm's own
@@ -55,6 +57,13 @@ class SlurmClient(Protocol):
         """Set the job's site factor (never its frozen ``priority``)."""
         ...
 
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """Set one site factor on many jobs, in as few Slurm calls as the adapter can
+        (``scontrol update jobid=1,2,3 sitefactor=V`` is one). Returns the jobs Slurm
+        refused, each with its error (JobGone for a job that left); raises
+        SlurmUnavailable when Slurm did not answer at all."""
+        ...
+
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
         """Send a signal ("USR1", "SIGTERM", "15"...) to the batch shell or all steps."""
         ...
@@ -81,6 +90,10 @@ class SlurmClient(Protocol):
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         """Hold a pending job back until ``begin`` (None: release at once)."""
+        ...
+
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """Set a pending (just requeued) job's node range: an elastic job shrunk."""
         ...
 
     def set_job_reservation(self, job_id: int, name: str) -> None:

@@ -160,6 +160,17 @@ class SlurmCommands:
         m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
         return m.group(1) if m else ""
 
+    def private_data(self) -> frozenset[str]:
+        """Slurm's ``PrivateData`` (``jobs``, ``usage`` ...), lower case; empty when none.
+
+        ``scontrol show config`` answers every user; the audit commands use it
+        to show an ordinary user only what squeue would show them.
+        """
+        out = self.run(["scontrol", "show", "config"]).decode("utf-8", "replace")
+        m = re.search(r"^PrivateData\s*=\s*(.*)$", out, re.MULTILINE)
+        words = (w.strip().lower() for w in (m.group(1) if m else "").split(","))
+        return frozenset(w for w in words if w and w != "none")
+
     def update_job(self, job_id: int, key: str, value: str) -> None:
         self.run(["scontrol", "update", f"jobid={job_id_arg(job_id)}", f"{key}={value}"])
 
@@ -180,6 +191,13 @@ class SlurmCommands:
             return None
         jobs, _, _, _ = parse.decode_jobs(raw, {}, self.clock())
         return next((j for j in jobs if j.job_id == job_id), None)
+
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        """``scontrol update jobid=N numnodes=MIN-MAX`` (an elastic job shrunk)."""
+        if not 1 <= int(min_nodes) <= int(max_nodes):
+            raise ValueError(f"invalid node range {min_nodes}-{max_nodes}; allowed: "
+                             "1 <= min <= max")
+        self.update_job(job_id, "numnodes", f"{int(min_nodes)}-{int(max_nodes)}")
 
 
 def reservation_args(spec: ReservationSpec, create: bool) -> list[str]:

@@ -31,7 +31,10 @@ cancels: the only ``scancel`` it runs carries ``--signal``.
 
 from __future__ import annotations
 
-from slurmpolicy.errors import ReservationError
+import re
+from collections.abc import Sequence
+
+from slurmpolicy.errors import ReservationError, SlurmError, SlurmUnavailable
 from slurmpolicy.model import Snapshot
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.client import ReservationSpec, SignalTarget
@@ -86,6 +89,27 @@ class JsonCliClient(SlurmCommands):
         # priority and stops the multifactor plugin from updating it.
         self.update_job(job_id, "sitefactor", str(int(site_factor)))
 
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """One ``scontrol update jobid=1,2,3 sitefactor=V`` for many jobs.
+
+        scontrol updates each listed job in turn and names every job it could
+        not update on stderr: ``<error> for job N`` (each job's own RPC) or
+        ``N: <error>`` (a job array's answer), on 22.05 and 25.11 alike.
+        """
+        ids = [job_id_arg(j) for j in job_ids]
+        if not ids:
+            return {}
+        try:
+            self._update_job_list(ids, "sitefactor", str(int(site_factor)))
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            return per_job_errors(exc, [int(i) for i in ids])
+        return {}
+
+    def _update_job_list(self, ids: Sequence[str], key: str, value: str) -> None:
+        self.run(["scontrol", "update", f"jobid={','.join(ids)}", f"{key}={value}"])
+
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
         if target not in ("batch", "all", "steps"):
             raise ValueError(f"invalid signal target {target!r}; allowed: batch, all, steps")
@@ -129,4 +153,26 @@ class JsonCliClient(SlurmCommands):
     def delete_reservation(self, name: str) -> None:
         self.run(["scontrol", "delete", f"reservationname={name}"], error=ReservationError)
 
+
+_PER_JOB = re.compile(
+    r"^(?:(?P<msg1>.+?) for job (?P<id1>\d+)|(?P<id2>\d+)(?:_\S+)?: (?P<msg2>.+))$")
+
+
+def per_job_errors(exc: SlurmError, job_ids: Sequence[int]) -> dict[int, SlurmError]:
+    """The jobs a failed multi-job ``scontrol update`` names, each with its typed error.
+
+    A failure that names no job (a bad value, permission) is every job's.
+    """
+    wanted = set(job_ids)
+    out: dict[int, SlurmError] = {}
+    for line in (exc.slurm_message or str(exc)).splitlines():
+        m = _PER_JOB.match(line.strip())
+        if not m:
+            continue
+        job = int(m.group("id1") or m.group("id2"))
+        if job in wanted:
+            out[job] = classify(m.group("msg1") or m.group("msg2") or "", exc.command)
+    if not out:
+        return {job: exc for job in job_ids}
+    return out
 

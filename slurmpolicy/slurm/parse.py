@@ -371,6 +371,28 @@ def gpus_by_type(text: str) -> Mapping[str, int]:
     return MappingProxyType(out) if out else EMPTY_GRES
 
 
+_SHARD_ENTRY = re.compile(r"^(?:gres[/:])?shard(?::([^:=()]*))?(?:[:=](\d+))?(?:\(.*\))?$")
+
+
+@functools.lru_cache(maxsize=1024)
+def shards_by_type(text: str) -> Mapping[str, int]:
+    """GPU shards by the GPU type they share in a GRES string (``shard:a100:4``,
+    ``shard:8``, ``gres/shard=8``); ``""`` is the untyped count."""
+    if not text or text in ("(null)", "N/A"):
+        return EMPTY_GRES
+    out: dict[str, int] = {}
+    for entry in _split_top(text):
+        m = _SHARD_ENTRY.match(entry.strip())
+        if not m:
+            continue
+        gtype, count = m.group(1), m.group(2)
+        if gtype is not None and count is None and gtype.isdigit():
+            gtype, count = "", gtype
+        key = gtype or ""
+        out[key] = out.get(key, 0) + (int(count) if count is not None else 1)
+    return MappingProxyType(out) if out else EMPTY_GRES
+
+
 @functools.lru_cache(maxsize=4096)
 def gpu_info(text: str) -> tuple[int, str | None]:
     """(GPU count, the one GPU type or None) of a GRES/TRES string; cached."""
@@ -635,6 +657,7 @@ def node_from_record(r: NodeRecord) -> Node:
         gpus_alloc_by_type=alloc if alloc is not None else _UNKNOWN_ALLOC,
         features=csv(r.features),
         partitions=tuple(r.partitions),
+        shards_by_type=shards_by_type(r.gres),
     )
 
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import re
 import signal as _signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
-from slurmpolicy.errors import JobGone, ReservationError, SlurmError
+from slurmpolicy.errors import JobGone, ReservationError, SlurmError, SlurmUnavailable
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
@@ -328,6 +328,22 @@ class PySlurmClient:
         with _rpc(f"pyslurm Job({job_id}).modify({what})"):
             pyslurm.Job(_check_id(job_id)).modify(pyslurm.JobSubmitDescription(**changes))
 
+    def set_site_factors(self, job_ids: Sequence[int], site_factor: int) -> dict[int, SlurmError]:
+        """In-process: one update per job, no process to start for any of them."""
+        failed: dict[int, SlurmError] = {}
+        for job_id in job_ids:
+            try:
+                self.set_site_factor(job_id, site_factor)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:
+                failed[job_id] = exc
+        return failed
+
+    def private_data(self) -> frozenset[str]:
+        """Slurm's PrivateData, as :meth:`JsonCliClient.private_data` reads it."""
+        return self.cli.private_data()
+
     def set_site_factor(self, job_id: int, site_factor: int) -> None:
         if int(site_factor) == 0:
             # pyslurm drops a falsy site_factor; scontrol sets it.
@@ -377,6 +393,10 @@ class PySlurmClient:
 
     def set_comment(self, job_id: int, text: str) -> None:
         self._modify(job_id, "comment", comment=text)
+
+    def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
+        # scontrol's NumNodes=MIN-MAX (slurm/commands.py): Slurm's own parsing.
+        self.cli.set_node_count(_check_id(job_id), min_nodes, max_nodes)
 
     def set_begin_time(self, job_id: int, begin: float | None) -> None:
         self._modify(job_id, "begin_time", begin_time="now" if begin is None else int(begin))

@@ -30,6 +30,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from slurmpolicy.errors import SlurmPolicyError
+from slurmpolicy.inert import inert
 from slurmpolicy.model import Job
 from slurmpolicy.policy.explanation import Explanation
 from slurmpolicy.tui import views
@@ -129,7 +130,7 @@ class JobList(Widget, can_focus=True):
         """The table for the current window (only its rows are formatted)."""
         app = self.inspector
         if app.frame is None:
-            return Text(app.status or "reading Slurm ...")
+            return Text(inert(app.status or "reading Slurm ..."))
         jobs = self.jobs()
         height = self.visible_height()
         self.first_row = window(len(jobs), height, self.selected, self.first_row)
@@ -343,7 +344,7 @@ class TopApp(App[None]):
     def set_status(self, text: str) -> None:
         self.status = text
         status = self.query_one("#status", Static)
-        status.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        status.update(Text(inert(text), no_wrap=True, overflow="ellipsis"))
         status.display = bool(text)
         if self.frame is None:
             self.refresh_lists()
@@ -394,11 +395,11 @@ class TopApp(App[None]):
         try:
             exp = self.feed.explain(frame, job_id)
         except SlurmPolicyError as exc:
-            self.call_from_thread(self._why_text, job_id, Text(str(exc), style="red"))
+            self.call_from_thread(self._why_text, job_id, Text(inert(exc), style="red"))
             return
         except Exception as exc:  # a policy bug must not take the whole view down
             self.call_from_thread(self._why_text, job_id,
-                                  Text(f"cannot explain job {job_id}: {exc!r}", style="red"))
+                                  Text(inert(f"cannot explain job {job_id}: {exc!r}"), style="red"))
             return
         self.call_from_thread(self._why_done, job_id, exp, frame)
 

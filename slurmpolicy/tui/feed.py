@@ -26,6 +26,7 @@ from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.explanation import Explanation
+from slurmpolicy.privacy import redact_jobs
 from slurmpolicy.protocol import script_signal, submit_line_signal
 from slurmpolicy.settings import Settings
 from slurmpolicy.tui.frame import HIDDEN_JOB, Decision, Frame, leaves_from_features
@@ -170,15 +171,19 @@ class Feed:
             return Intents(), (), policy_unavailable(str(exc))
         except Exception as exc:  # sqlite3 errors: unreadable, locked, not a database
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
+        seen = {j.job_id for j in snapshot.jobs}
         try:
             intents = journal.load_intents(now=now)
             # A job's history is its own: rows from before the first submission
-            # of the job that now holds the id are about another job.
+            # of the job that now holds the id are about another job. A decision that
+            # concerns a job Slurm hides from the caller (a preemption's beneficiary
+            # named in its victim's row) is left out whole, as `log` does.
             first = journal.jobs_since() if hasattr(journal, "jobs_since") else {}
-            rows = [Decision(at=r.at, kind=r.kind, reason=r.reason, job_id=r.job_id,
-                             outcome=r.outcome)
+            rows = [Decision(at=r.at, kind=r.kind, reason=redact_jobs(r.reason, seen),
+                             job_id=r.job_id, outcome=redact_jobs(r.outcome, seen))
                     for r in journal.read_audit(limit=DECISIONS_KEPT * 4) if not r.dry_run
-                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at))]
+                    and (r.job_id is None or r.at >= first.get(r.job_id, r.at))
+                    and set(getattr(r, "jobs", ())) <= seen]
         except Exception as exc:
             return Intents(), (), policy_unavailable(f"{self.journal_path}: {exc}")
         finally:

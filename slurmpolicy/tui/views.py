@@ -7,6 +7,10 @@ formats only those, so that a 10,000-job queue costs the same to draw as a
 20-job one. Columns that do not fit the width are dropped in a fixed order
 (least useful first) rather than squeezed, so that 80 columns stay readable.
 Times are shown relative ("in 2h05m", "3m ago") and, where absolute, in UTC.
+
+Every string from Slurm or a user reaches the screen through :func:`plain`
+(or :func:`slurmpolicy.inert.inert`): control characters are shown escaped,
+so an escape sequence or a newline in a job name stays text.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from rich.text import Text
 
 from slurmpolicy.durations import humanize
 from slurmpolicy.hostlist import compress
+from slurmpolicy.inert import inert, inert_fields
 from slurmpolicy.model import Job
 from slurmpolicy.policy.explanation import Explanation
 from slurmpolicy.tui.frame import HIDDEN_JOB, Filters, Frame, LeafSummary, fabric_summary
@@ -32,8 +37,9 @@ CURSOR = ">"
 
 def plain(value: str | Text) -> Text:
     """Text taken literally: job names, users, reasons and filters are data, and a
-    ``[user=alice]`` must not be read as rich markup."""
-    return value if isinstance(value, Text) else Text(value)
+    ``[user=alice]`` must not be read as rich markup, nor an escape sequence or a
+    newline be sent to the terminal (they are shown escaped)."""
+    return value if isinstance(value, Text) else Text(inert(value))
 
 
 def clock(epoch: float | None) -> str:
@@ -118,7 +124,7 @@ def _position(frame: Frame, job: Job) -> str:
 
 
 def _reason(frame: Frame, job: Job) -> Text:
-    text = Text(job.reason if job.reason and job.reason != "None" else "-")
+    text = Text(inert(job.reason) if job.reason and job.reason != "None" else "-")
     if frame.beneficiary_intent(job.job_id) is not None:
         text.append(" +preempting", style="magenta")
     return text
@@ -172,7 +178,7 @@ def _preemption(frame: Frame, job: Job) -> Text:
     state = frame.preemption_state(job)
     style = ("bold red" if "left" in state or "deadline" in state
              else "yellow" if frame.victim_intent(job.job_id) else "")
-    return Text(state, style=style)
+    return Text(inert(state), style=style)
 
 
 RUNNING_COLUMNS: tuple[Column, ...] = (
@@ -281,13 +287,13 @@ def fabric_view(frame: Frame, *, width: int = 80, height: int = 12, offset: int 
     if drained:
         lines = Text("drained/down: ", style="bold red")
         lines.append("; ".join(
-            f"{n.name} ({n.reason or n.state})" for n in drained[:8]))
+            inert(f"{n.name} ({n.reason or n.state})") for n in drained[:8]))
         if len(drained) > 8:
             lines.append(f"; +{len(drained) - 8} more")
         parts.append(lines)
     if frame.degraded_links:
         degraded = Text("degraded links: ", style="bold yellow")
-        degraded.append("; ".join(frame.degraded_links[:8]))
+        degraded.append(inert("; ".join(frame.degraded_links[:8])))
         if len(frame.degraded_links) > 8:
             degraded.append(f"; +{len(frame.degraded_links) - 8} more")
         parts.append(degraded)
@@ -317,7 +323,7 @@ def preemptions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Table
                 victims.append(f" {humanize(left)} left" if left >= 0 else " deadline passed",
                                style="bold red" if left < 60 else "yellow")
         table.add_row(str(intent.beneficiary) if intent.beneficiary != HIDDEN_JOB else "hidden",
-                      intent.state.value,
+                      plain(intent.state.value),
                       humanize(frame.now - intent.started_at),
                       plain(compress(intent.nodes) if intent.nodes else "-"),
                       victims if intent.victims else Text("-"))
@@ -339,7 +345,7 @@ def decisions_view(frame: Frame, *, width: int = 80, height: int = 6) -> Rendera
         table.add_row(humanize(frame.now - d.at), plain(kind),
                       str(d.job_id) if d.job_id is not None else "-", plain(d.reason))
     if frame.policy_note:
-        return Group(table, Text(frame.policy_note, style="yellow"))
+        return Group(table, Text(inert(frame.policy_note), style="yellow"))
     return table
 
 
@@ -348,19 +354,19 @@ def header_view(frame: Frame, *, filters: Filters | None = None, width: int = 80
     snap = frame.snapshot
     total, used, _ = frame.gpu_totals()
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(snap.cluster_name or "cluster", style="bold")
+    text.append(inert(snap.cluster_name or "cluster"), style="bold")
     text.append(f" {time.strftime('%H:%M:%S', time.gmtime(snap.taken_at))}Z")
     text.append(f"  {len(frame.pending())} pending  {len(frame.running())} running"
                 f"  GPUs {used}/{total} used")
     if filters and filters.describe():
-        text.append(f"  [{filters.describe()}]", style="yellow")
+        text.append(inert(f"  [{filters.describe()}]"), style="yellow")
     if frame.policy_note:
         text.append("  (no policy details)", style="yellow")
     tail = f"  Slurm {snap.slurm_version}" if snap.slurm_version else ""
     if frame.source:
         tail += f" via {frame.source}"
     if len(text) + len(tail) <= width:
-        text.append(tail, style="dim")
+        text.append(inert(tail), style="dim")
     text.truncate(width, overflow="ellipsis")
     return text
 
@@ -374,6 +380,7 @@ def _ordinal(n: int) -> str:
 def why_view(exp: Explanation, now: float, *, policy_note: str = "",
              width: int | None = None) -> Group:
     """Every field of an Explanation, in plain words; empty fields are left out."""
+    exp = inert_fields(exp)  # its words quote job names, accounts and Slurm's reasons
     parts: list[RenderableType] = [
         Text(f"Job {exp.job_id} ({exp.state}): ", style="bold").append(
             exp.headline, style="bold cyan"),
@@ -454,5 +461,5 @@ def why_view(exp: Explanation, now: float, *, policy_note: str = "",
             notes.append(f"- {note}")
         parts.append(notes)
     if policy_note:
-        parts.append(Text(policy_note, style="yellow"))
+        parts.append(Text(inert(policy_note), style="yellow"))
     return Group(*parts)

@@ -157,6 +157,28 @@ def test_site_factor_moves_priority(client: SlurmClient, devcluster: LiveCluster
     assert back.site_factor == 0
 
 
+def test_site_factors_batch_names_many_jobs_and_each_refusal(
+        client: SlurmClient, devcluster: LiveCluster, holder: Holder, wd: Path) -> None:
+    """One call for many jobs (``scontrol update jobid=1,2,3 sitefactor=V`` through
+    jsoncli); a job that left and a bogus id are named with their own error, and
+    the others are set all the same (issue 13, finding 11)."""
+    blocker = holder.submit("-N1", "--gres=gpu:8")
+    node = devcluster.wait_state(blocker, "RUNNING")["NodeList"]
+    waiting = [holder.submit("-N1", "--gres=gpu:8", f"--nodelist={node}") for _ in range(3)]
+    done = devcluster.submit("#!/bin/bash\ntrue\n", workdir=wd)
+    devcluster.wait_state(done, "COMPLETED")
+    for job in waiting:
+        wait_job(client, job, lambda j: j.is_pending, "pending")
+    refused = client.set_site_factors([waiting[0], done, waiting[1], BOGUS, waiting[2]], 42000)
+    assert set(refused) == {done, BOGUS}, refused
+    assert all(isinstance(e, (JobGone, JobAlreadyFinished)) for e in refused.values()), refused
+    for job in waiting:
+        assert wait_job(client, job, lambda j: j.site_factor == 42000, "site factor set")
+    assert client.set_site_factors(waiting, 0) == {}
+    for job in waiting:
+        assert wait_job(client, job, lambda j: j.site_factor == 0, "site factor back to 0")
+
+
 def test_signal_reaches_the_batch_trap(client: SlurmClient, devcluster: LiveCluster,
                                        holder: Holder, wd: Path) -> None:
     job_id = holder.submit(trap="USR1")

@@ -335,7 +335,7 @@ def test_fabric_and_settings_broken_mid_flight_keep_the_last_good_ones(
     assert restarts(cluster, victim) == 1
     logs = daemon.logs()
     assert "were refused; keeping the last good fabric" in logs
-    assert "settings not reloaded, keeping the old ones" in logs
+    assert "settings not reloaded, keeping the last good ones" in logs
     cluster.release(keeper, wd)
     release_requeued(cluster, victim)
     assert_no_job_lost(cluster, [victim, keeper, beneficiary])

@@ -15,7 +15,9 @@ import importlib
 import json
 import os
 import shutil
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ REPO = Path(slurmpolicy.__file__).resolve().parent.parent
 #: Top-level modules `why` and `top --once` import from site-packages.
 DEPENDENCIES = ("click", "rich", "pygments", "markdown_it", "mdurl", "msgspec", "networkx",
                 "sqlite_utils", "sqlite_fts4", "tabulate", "click_default_group", "dateutil",
-                "six", "pluggy", "typing_extensions", "tenacity")
+                "six", "pluggy", "typing_extensions", "tenacity", "prometheus_client")
 
 
 def user_python_path(shared: Path) -> str:
@@ -104,9 +106,12 @@ def test_ordinary_user_sees_only_what_slurm_shows(private_cluster: Any) -> None:
     journal = Journal(state)
     journal.audit("SetSiteFactor", "about my job", "ok", job_id=mine)
     journal.audit("SetSiteFactor", "about the hidden job", "ok", job_id=hidden)
+    journal.audit("Requeue", "mine, for the hidden one", "ok", job_id=mine, jobs=(hidden,))
     journal.open_preemption("p-hidden", hidden, ["gpu01", "gpu02"], "spolicy_ph",
                             [(mine, 0, 16)], reason="hidden job starving")
     journal.close()
+    # The journal is private by default (0700/0600); this site lets users read it.
+    state.chmod(0o755)
     for path in state.iterdir():
         path.chmod(0o644)
     try:
@@ -125,6 +130,7 @@ def test_ordinary_user_sees_only_what_slurm_shows(private_cluster: Any) -> None:
         assert "0 pending  1 running" in top.stdout
         assert "about my job" in top.stdout
         assert "about the hidden job" not in top.stdout
+        assert "for the hidden one" not in top.stdout  # it names a job the user cannot see
         # The preemption for the hidden job shows, since its victim is the user's own
         # job, but not for whom: the beneficiary is hidden.
         assert "Preemptions in flight: 1" in top.stdout
@@ -147,6 +153,79 @@ def test_ordinary_user_sees_only_what_slurm_shows(private_cluster: Any) -> None:
         assert why_locked.returncode == 0, why_locked.stderr
         assert "policy details unavailable" in why_locked.stdout
         assert f"Job {mine} (RUNNING)" in why_locked.stdout
+    finally:
+        c.release(mine, wd)
+        c.slurm_cmd("scontrol", "release", str(hidden), check=False)
+        for job in (mine, hidden):
+            c.wait_state(job, "COMPLETED", timeout=90)
+
+
+def test_audit_commands_show_only_what_slurm_shows(private_cluster: Any) -> None:
+    """``log`` and ``report`` (issue 13, finding 6): the journal is private by default,
+    and where a site lets users read it they see only the jobs squeue shows them."""
+    c = private_cluster
+    wd = c.workdir()
+    mine = c.submit(c.hold_script(), extra_args=["--gres=gpu:1"], workdir=wd)
+    c.wait_state(mine, "RUNNING")
+    hidden = c.submit("#!/bin/bash\ntrue\n", user="root",
+                      extra_args=["--hold", "--gres=gpu:1", "--job-name=hidden"], workdir=wd)
+    state = c.workdir("audit") / "state"
+    old = os.umask(0o022)  # what a daemon run by hand has
+    try:
+        journal = Journal(state)
+    finally:
+        os.umask(old)
+    journal.audit("SetSiteFactor", "about my job", "ok", job_id=mine)
+    journal.audit("SetSiteFactor", "about the hidden job", "ok", job_id=hidden)
+    journal.audit("StartPreemption", "hidden job takes my nodes", "ok", job_id=hidden,
+                  jobs=(mine,))
+    journal.audit("SignalCheckpoint", f"checkpoint signal USR1 to victim {mine} for job"
+                  f" {hidden} (spolicy_pre_{hidden})", "ok", job_id=mine)
+    journal.open_preemption("p-hidden", hidden, ["gpu01"], "spolicy_ph", [(mine, 0, 1)],
+                            reason="hidden job starving")
+    journal.close()
+    try:
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        assert stat.S_IMODE((state / "journal.sqlite").stat().st_mode) == 0o600
+        # Private by default: one line saying so, no traceback.
+        denied = as_user(c, "log", "--state-dir", str(state))
+        assert denied.returncode == 7 and "Traceback" not in denied.stderr, denied.stderr
+        assert "permission denied" in denied.stderr and "private" in denied.stderr
+        assert len(denied.stderr.strip().splitlines()) == 1
+
+        # A site that lets users read it: each sees what squeue shows them.
+        for path in (state, *state.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        everything = subprocess.run(
+            [sys.executable, "-m", "slurmpolicy.cli", "log", "--state-dir", str(state)],
+            capture_output=True, text=True, check=True, env={**os.environ, **c.env()}).stdout
+        assert "about the hidden job" in everything and "about my job" in everything
+        log = as_user(c, "log", "--state-dir", str(state))
+        assert log.returncode == 0, log.stderr
+        assert "about my job" in log.stdout
+        assert "hidden job" not in log.stdout and f"job {hidden} " not in log.stdout, log.stdout
+        # The user's own two records; the signal's reason names the hidden beneficiary:
+        # its id is hidden too.
+        assert len(log.stdout.splitlines()) == 4, log.stdout
+        assert f"victim {mine} for job (hidden) (spolicy_pre_(hidden))" in log.stdout
+        assert f"_{hidden}" not in log.stdout
+        other = as_user(c, "log", "--job", str(hidden), "--state-dir", str(state))
+        assert other.returncode == 0 and f"no actions recorded for job {hidden}" in other.stdout
+        report = as_user(c, "report", "--json", "--state-dir", str(state))
+        assert report.returncode == 0, report.stderr
+        data = json.loads(report.stdout)
+        assert data["only_jobs_you_can_see"] is True
+        assert data["actions"] == {"SetSiteFactor": 1, "SignalCheckpoint": 1}, data
+        assert data["preemptions"] == 1  # its victim is the user's own job
+
+        # A state directory the daemon's user cannot write: one line naming it.
+        locked = c.workdir("locked")
+        locked.chmod(0o755)
+        run = as_user(c, "daemon", "run", "--once", "--no-metrics", "--state-dir",
+                      str(locked / "state"))
+        assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
+        assert str(locked / "state") in run.stderr and "Permission denied" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     finally:
         c.release(mine, wd)
         c.slurm_cmd("scontrol", "release", str(hidden), check=False)

@@ -553,3 +553,36 @@ def test_a_beneficiary_slurm_will_not_bind_ends_the_preemption_unsignalled(
     assert p is not None and p["state"] == "aborted"
     assert "Slurm refused naming reservation spolicy_p1 on beneficiary 3 3 times" in p["reason"]
     assert rec.calls[-1] == ("delete_reservation", RESV)
+
+
+class BatchRecorder(Recorder):
+    """A Recorder with the port's batched site-factor call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: dict[int, Exception] = {}
+
+    def set_site_factors(self, job_ids: list[int], site_factor: int) -> dict[int, Exception]:
+        self._rec("set_site_factors", (site_factor, tuple(job_ids)))
+        return {j: self.refuse[j] for j in job_ids if j in self.refuse}
+
+
+def test_site_factors_sharing_a_value_go_in_one_call(journal: Journal) -> None:
+    rec = BatchRecorder()
+    rec.refuse[12] = JobGone("Invalid job id specified for job 12")
+    ex = Executor(rec, journal, Settings(daemon=Daemon(max_slurm_calls_per_cycle=2)),
+                  clock=lambda: 1000.0)
+    factors = [SetSiteFactor(reason=f"r{i}", job_id=10 + i, site_factor=500 if i % 2 else 700)
+               for i in range(6)]
+    run(ex, snap(), *factors, SetSiteFactor(reason="one", job_id=99, site_factor=1))
+    # Two values, two calls (the budget); the third value is deferred, not lost.
+    assert rec.calls == [("set_site_factors", (700, (10, 12, 14))),
+                         ("set_site_factors", (500, (11, 13, 15)))]
+    assert ex._report.deferred == 1
+    outcomes = {r.job_id: r.outcome for r in journal.read_audit()}
+    assert outcomes == {10: "ok", 12: "reached: JobGone", 14: "ok", 11: "ok", 13: "ok",
+                        15: "ok"}
+    intents = journal.load_intents(now=1000.0)
+    assert intents.site_factors == {10: 700, 14: 700, 11: 500, 13: 500, 15: 500}
+    steps = journal.steps()
+    assert [s["params"]["jobs"] for s in steps] == [[10, 12, 14], [11, 13, 15]]

@@ -109,11 +109,44 @@ def test_only_changes_above_threshold_are_emitted():
     b.pend(1, "a")
     p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
     value = site_factors(p)[1].site_factor
-    near = Intents(site_factors={1: value - 10})
-    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), near, b.now))
+    assert "(new job)" in site_factors(p)[1].reason
+    # A new job whose value Slurm already holds within the threshold: no call.
+    b.replace_job(1, site_factor=value - 10)
+    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    # A job the daemon set, alone in its partition: however far its value drifted,
+    # no order changes, so no call (issue 13, finding 11).
     far = Intents(site_factors={1: value - 500})
-    assert site_factors(plan(b.snapshot(), b.fabric(), Settings(), far, b.now))[1].previous == \
-        value - 500
+    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), far, b.now))
+
+
+def test_drifts_that_change_no_order_cost_no_call_and_an_inversion_is_fixed():
+    b = ClusterBuilder(hosts=2)
+    b.pend(1, "a", admin_comment=d("production"))
+    b.pend(2, "a", admin_comment=d("research"))
+    b.pend(3, "b", admin_comment=d("experimental"))
+    first = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert set(first) == {1, 2, 3}
+    set_ = {j: a.site_factor for j, a in first.items()}
+    # Everyone drifted by a few hundred points (aging, usage): the order holds.
+    drifted = Intents(site_factors={1: set_[1] - 300, 2: set_[2] + 400, 3: set_[3] - 200})
+    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), drifted, b.now))
+    # Job 3's old value puts it ahead of job 2, which the policy ranks higher: only
+    # the stale one is written, and it is the one that moved.
+    inverted = Intents(site_factors={1: set_[1], 2: set_[2], 3: set_[2] + 5000})
+    fix = site_factors(plan(b.snapshot(), b.fabric(), Settings(), inverted, b.now))
+    assert set(fix) == {3} and fix[3].site_factor == set_[3]
+    assert "its order against competing jobs changed" in fix[3].reason
+
+
+def test_jobs_of_disjoint_partitions_do_not_compete():
+    b = ClusterBuilder(hosts=4, partitions={"p1": [1, 2], "p2": [3, 4]})
+    b.pend(1, "a", admin_comment=d("production"), partition="p1")
+    b.pend(2, "a", admin_comment=d("experimental"), partition="p2")
+    first = {j: a.site_factor for j, a in site_factors(
+        plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)).items()}
+    # Job 2 holds a far higher value than job 1, but they never meet: no call.
+    apart = Intents(site_factors={1: first[1], 2: first[1] + 99_999})
+    assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), apart, b.now))
 
 
 def test_updates_capped_per_cycle_largest_first_deterministic():

@@ -69,3 +69,87 @@ def test_preemption_poll_default_and_bounds(tmp_path):
     p.write_text("[daemon]\npreemption_poll = 0\n")
     with pytest.raises(ConfigError, match=r"\$\.daemon\.preemption_poll"):
         settings.load(p)
+
+
+# --- issue 13, finding 4: settings that cannot be meant are refused ------------------
+@pytest.mark.parametrize(("text", "path", "allowed"), [
+    ("[aging]\npoints_per_hour = nan\n", "$.aging.points_per_hour", "0 .. 1000000"),
+    ("[aging]\nfragmentation_bonus_per_hour = inf\n", "$.aging.fragmentation_bonus_per_hour",
+     "0 .. 1000000"),
+    ("[daemon]\ninterval = 0\n", "$.daemon.interval", "1 .. 3600"),
+    ("[daemon]\ninterval = inf\n", "$.daemon.interval", "1 .. 3600"),
+    ("[slurm]\ncommand_timeout = 0\n", "$.slurm.command_timeout", "1 .. 600"),
+    ("[fairshare]\nhalf_life = 0\n", "$.fairshare.half_life", "60 .. 315360000"),
+    ("[fairshare.shares]\nnlp = nan\n", "$.fairshare.shares.nlp", "0 .. 1"),
+    ("[deferral.windows.night]\nhours = [1]\ncost = -inf\n", "$.deferral.windows.night.cost",
+     "0 .. 1000000"),
+    ("[classes.gpu]\nweight = -1\nrank = 1\n", "$.classes.gpu.weight", "0 .. 2147483645"),
+    ("[metrics]\nport = 0\n", "$.metrics.port", "1 .. 65535"),
+])
+def test_numbers_are_finite_and_in_their_documented_range(tmp_path, text, path, allowed):
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        settings.load(p)
+    message = str(exc.value)
+    assert str(p) in message and f"`{path}`" in message and f"allowed: {allowed}" in message
+    assert "\n" not in message
+
+
+def test_site_factor_beyond_slurms_range_is_refused():
+    with pytest.raises(ConfigError,
+                       match=r"largest site factor .* 2147483645.*`\$\.classes\.top\.weight`"):
+        settings.from_mapping({"classes": {"top": {"weight": 2**31 - 10, "rank": 1}},
+                               "default_class": "top"})
+    # The defaults stay far inside it.
+    assert settings.max_site_factor(settings.Settings()) < settings.SITE_FACTOR_MAX
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0", "::1", "::", "localhost"])
+def test_metrics_bind_accepts_addresses(bind):
+    assert settings.from_mapping({"metrics": {"bind": bind}}).metrics.bind == bind
+
+
+@pytest.mark.parametrize("bind", ["", "foo", "127.0.0.1:9810", "300.1.1.1", "http://x"])
+def test_metrics_bind_must_be_an_address(bind):
+    with pytest.raises(ConfigError, match=r"not an IP address.*`\$\.metrics\.bind`"):
+        settings.from_mapping({"metrics": {"bind": bind}})
+
+
+@pytest.mark.parametrize(("data", "near"), [
+    ({"daemon": {"intervall": 5}}, "`$.daemon`; did you mean `interval`?"),
+    ({"preemptoin": {}}, "did you mean `preemption`?"),
+    ({"classes": {"gpu": {"weight": 1, "rank": 1, "preemtible": True}}},
+     "`$.classes.gpu`; did you mean `preemptible`?"),
+    ({"deferral": {"windows": {"n": {"hours": [1], "cots": 1}}}}, "did you mean `cost`?"),
+])
+def test_unknown_key_names_the_nearest_valid_key(data, near):
+    with pytest.raises(ConfigError) as exc:
+        settings.from_mapping(data)
+    assert near in str(exc.value)
+
+
+def test_unknown_key_without_a_near_one_lists_the_allowed():
+    with pytest.raises(ConfigError, match=r"unknown field `zzz`.*allowed: .*interval"):
+        settings.from_mapping({"daemon": {"zzz": 1}})
+
+
+def test_every_documented_range_holds_its_default():
+    for key, allowed, default in settings.ranges():
+        lo, hi = (float(x) for x in allowed.split(" .. "))
+        assert lo < hi, key
+        if default and default[0].isdigit():
+            assert lo <= float(default) <= hi, (key, allowed, default)
+
+
+def test_docs_show_the_ranges_the_code_enforces():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from slurmpolicy.cli import cli
+
+    out = CliRunner().invoke(cli, ["config", "ranges"])
+    assert out.exit_code == 0 and "| `daemon.interval` | 1 .. 3600 | 30 |" in out.output
+    docs = (Path(__file__).parents[2] / "docs" / "policy.md").read_text()
+    assert out.output in docs

@@ -1,0 +1,70 @@
+"""After one cycle's site-factor writes, Slurm's order is the policy's (issue 13, finding 11).
+
+Random queues (random Slurm priorities, classes, waits, accounts, and random
+site factors already set by an earlier daemon or left at Slurm's value):
+the plan's SetSiteFactor actions, applied, leave every pair of competing
+jobs whose effective priorities differ by at least ``change_threshold`` in
+the policy's order in Slurm's (priority with the site factor it then holds);
+a second plan on the result writes nothing; and no job is written with the
+value it already has.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmpolicy.policy import plan
+from slurmpolicy.policy.actions import Intents, SetSiteFactor
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.policy.scenario import directives as d
+from slurmpolicy.settings import Priority, Settings
+
+CLASSES = ("production", "research", "experimental", None)
+
+job_strategy = st.tuples(
+    st.sampled_from(CLASSES), st.sampled_from("abc"), st.integers(0, 20_000),
+    st.integers(0, 30).map(lambda h: h * 600), st.one_of(st.none(), st.integers(0, 150_000)),
+    st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(job_strategy, min_size=2, max_size=25), st.sampled_from([0, 50, 2000]))
+def test_one_cycle_puts_slurms_order_in_line(jobs, threshold) -> None:  # type: ignore[no-untyped-def]
+    s = msgspec.structs.replace(Settings(), priority=Priority(change_threshold=threshold))
+    b = ClusterBuilder(hosts=4, partitions={"p1": [1, 2], "p2": [2, 3], "p3": [4]})
+    known: dict[int, int] = {}
+    for i, (cls, account, prio, waited, old, in_p3) in enumerate(jobs, start=1):
+        b.pend(i, account, admin_comment=d(cls) if cls else "", priority=prio + (old or 0),
+               site_factor=old or 0, waited=waited,
+               partition="p3" if in_p3 else ("p1" if i % 2 else "p2"))
+        if old is not None:
+            known[i] = old
+    snap, fabric = b.snapshot(), b.fabric()
+    intents = Intents(site_factors=known)
+    result = plan(snap, fabric, s, intents, b.now)
+    written = {a.job_id: a for a in result.actions if isinstance(a, SetSiteFactor)}
+    holds = {j.job_id: known.get(j.job_id, j.site_factor) for j in snap.jobs}
+    for job_id, action in written.items():
+        assert action.site_factor != holds[job_id]
+        holds[job_id] = action.site_factor
+    effective = result.effective_priority
+    by_id = {j.job_id: j for j in snap.jobs}
+    # Slurm's priority once the writes are made: its own factors plus what it holds.
+    prio = {j.job_id: j.priority - j.site_factor + holds[j.job_id] for j in snap.jobs}
+    group = {j.job_id: "p3" if j.partition == "p3" else "p12" for j in snap.jobs}
+    ids = list(prio)
+    for i in ids:
+        for k in ids:
+            if i == k or group[i] != group[k]:
+                continue
+            if effective[i] >= effective[k] + max(1, threshold):
+                ji, jk = by_id[i], by_id[k]
+                ahead = ((prio[i], -(ji.submit_time or 0), -i)
+                         > (prio[k], -(jk.submit_time or 0), -k))
+                assert ahead, (i, k, effective[i], effective[k], prio[i], prio[k])
+    # Settled: the next cycle, with what was written, writes nothing more.
+    again = plan(snap, fabric, s, Intents(site_factors={**known, **{
+        j: a.site_factor for j, a in written.items()}}), b.now)
+    assert not [a for a in again.actions if isinstance(a, SetSiteFactor)]
