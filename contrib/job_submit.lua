@@ -31,7 +31,7 @@ emits the same messages; the test suite runs both on the same scripts.
 local CONFIG = {
   ["admin_uids"] = { 0 },
   ["allowed"] = {
-    ["checkpoint"] = "none, or signal:SIG,grace=DURATION[,interval=DURATION] with SIG one of USR1, USR2, TERM, INT, HUP, QUIT, ALRM, CONT, URG, XCPU, grace from 1s to 1d (default 2m), interval from 1m to 30d",
+    ["checkpoint"] = "none, periodic,interval=DURATION, or signal:SIG,grace=DURATION[,interval=DURATION][,exit=done] with SIG one of USR1, USR2, TERM, INT, HUP, QUIT, ALRM, CONT, URG, XCPU, grace from 1s to 1d (default 2m), interval from 1m to 30d",
     ["class"] = "production, research, experimental",
     ["data"] = "a data set name: letters, digits, _ . : / - (at most 128)",
     ["deferrable"] = "nothing: no deferral windows are configured on this cluster",
@@ -274,19 +274,39 @@ VALUE["checkpoint"] = function(value)
   local seen = {}
   for part in gmatch(value .. ",", "([^,]*),") do
     local key, text
-    if ssub(part, 1, 7) == "signal:" or ssub(part, 1, 7) == "signal=" then
+    if part == "periodic" then
+      key, text = "periodic", ""
+    elseif ssub(part, 1, 7) == "signal:" or ssub(part, 1, 7) == "signal=" then
       key, text = "signal", ssub(part, 8)
     elseif ssub(part, 1, 6) == "grace=" then
       key, text = "grace", ssub(part, 7)
     elseif ssub(part, 1, 9) == "interval=" then
       key, text = "interval", ssub(part, 10)
+    elseif ssub(part, 1, 5) == "exit=" then
+      key, text = "exit", ssub(part, 6)
     else
       bad("unknown part '" .. sanitize(part, LIM.show_value) .. "'")
     end
     if seen[key] ~= nil then bad(key .. " given twice") end
     seen[key] = text
   end
+  if seen.periodic ~= nil then
+    -- A periodic checkpointer: no signal to send, it is requeued at once.
+    if seen.signal ~= nil or seen.grace ~= nil or seen.exit ~= nil then
+      bad("periodic takes no signal, grace or exit; give its interval only")
+    end
+    if seen.interval == nil then
+      bad("periodic needs interval=DURATION (how often it checkpoints)")
+    end
+    return { checkpoint = { periodic = true,
+                            interval = duration_in_range("interval", seen.interval) } }
+  end
   if seen.signal == nil then bad("signal is missing") end
+  local on_exit = seen.exit or "requeue"
+  if on_exit ~= "requeue" and on_exit ~= "done" then
+    bad("unknown exit '" .. sanitize(on_exit, LIM.show_value) .. "'",
+        suggest(on_exit, { "requeue", "done" }))
+  end
   local sig = upper(seen.signal)
   if ssub(sig, 1, 3) == "SIG" then sig = ssub(sig, 4) end
   if not contains(CONFIG.signals, sig) then
@@ -299,7 +319,7 @@ VALUE["checkpoint"] = function(value)
   if seen.grace ~= nil then grace = duration_in_range("grace", seen.grace) end
   local interval = nil
   if seen.interval ~= nil then interval = duration_in_range("interval", seen.interval) end
-  return { checkpoint = { signal = sig, grace = grace, interval = interval } }
+  return { checkpoint = { signal = sig, grace = grace, interval = interval, exit = on_exit } }
 end
 
 VALUE["preemptible"] = function(value)
@@ -602,9 +622,12 @@ local function render(f)
   if f.checkpoint then
     if f.checkpoint.signal == false then
       t[#t + 1] = "ckpt=none"
+    elseif f.checkpoint.periodic then
+      t[#t + 1] = "ckpt=periodic,interval=" .. int(f.checkpoint.interval)
     else
       local s = "ckpt=signal:" .. f.checkpoint.signal .. ",grace=" .. int(f.checkpoint.grace)
       if f.checkpoint.interval then s = s .. ",interval=" .. int(f.checkpoint.interval) end
+      if f.checkpoint.exit == "done" then s = s .. ",exit=done" end
       t[#t + 1] = s
     end
   end
@@ -883,7 +906,7 @@ local function submit(job_desc, part_list, submit_uid)
     job_desc.admin_comment = render(result.fields)
     if range ~= nil then job_desc.admin_comment = job_desc.admin_comment .. " " .. range end
     local ck = result.fields.checkpoint
-    if CONFIG.set_requeue and ck and ck.signal then job_desc.requeue = 1 end
+    if CONFIG.set_requeue and ck and (ck.signal or ck.periodic) then job_desc.requeue = 1 end
   elseif not is_admin(submit_uid) and sfind(job_desc.admin_comment or "", "spolicy:", 1, true) then
     job_desc.admin_comment = "" -- only this plugin writes our wire form
   end
@@ -932,8 +955,8 @@ local function modify(job_desc, job_rec, part_list, modify_uid)
       end
     end
   end
-  if job_desc.requeue == 0 and policy.ckpt ~= nil and ssub(policy.ckpt, 1, 7) == "signal:"
-     and policy.preempt ~= "no" then
+  if job_desc.requeue == 0 and policy.ckpt ~= nil and policy.preempt ~= "no"
+     and (ssub(policy.ckpt, 1, 7) == "signal:" or ssub(policy.ckpt, 1, 8) == "periodic") then
     return refuse("job " .. job_id .. " can checkpoint and is preemptible; it is requeued"
                   .. " after a checkpoint, so requeue cannot be turned off")
   end

@@ -59,7 +59,7 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment, read_acks
+from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment, read_acks
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
@@ -77,8 +77,10 @@ from slurmpolicy.policy.actions import (
     UpdateReservation,
     VictimState,
 )
+from slurmpolicy.policy.preemption import checkpoint_age_basis, exited_to_continue
+from slurmpolicy.protocol import effective_policy
 from slurmpolicy.settings import Settings
-from slurmpolicy.slurm.client import ReservationSpec, SlurmClient
+from slurmpolicy.slurm.client import ReservationSpec, SignalTarget, SlurmClient
 from slurmpolicy.store import FAILED, OK, REACHED, STARTED, UNKNOWN, Journal
 
 log = logging.getLogger("slurmpolicy.daemon")
@@ -140,6 +142,14 @@ class CycleReport:
     requeued: list[int] = field(default_factory=list)
     signalled: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Victims signalled, by protocol (spolicy, slurm-signal).
+    signals_by_protocol: Counter[str] = field(default_factory=Counter)
+    #: (protocol, how: ack, self-requeue, exit) -> acknowledgements seen.
+    acks_by: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (protocol, seconds from the signal to the acknowledgement), one per ack.
+    ack_seconds: list[tuple[str, float]] = field(default_factory=list)
+    #: Deadline misses by protocol.
+    misses_by_protocol: Counter[str] = field(default_factory=Counter)
 
     def merge(self, other: CycleReport) -> None:
         self.calls += other.calls
@@ -151,11 +161,20 @@ class CycleReport:
         self.requeued += other.requeued
         self.signalled += other.signalled
         self.notes += other.notes
+        self.signals_by_protocol.update(other.signals_by_protocol)
+        self.acks_by.update(other.acks_by)
+        self.ack_seconds += other.ack_seconds
+        self.misses_by_protocol.update(other.misses_by_protocol)
 
 
 def _ack_time(job: Job, now: float) -> float | None:
     """The victim's latest valid ack (finite, not beyond ``now`` + the clock skew)."""
     return last_checkpoint(job.comment, now)
+
+
+def checkpoint_of(job: Job) -> Checkpoint | None:
+    """The job's checkpoint promise: its directives, else its own --signal."""
+    return effective_policy(parse_admin_comment(job.admin_comment), job).checkpoint
 
 
 def _acknowledged(job: Job, signalled_at: float, now: float) -> bool:
@@ -336,16 +355,54 @@ class Executor:
         if job is None:
             return 0.0
         gpus = victim.get("gpus") or job.gpus
-        since = _ack_time(job, at) or job.start_time
-        if since is None:
+        if job.start_time is None and _ack_time(job, at) is None:
             return 0.0
+        ck = checkpoint_of(job)
+        since = checkpoint_age_basis(job, ck.interval if ck is not None else None, at)
+        if victim.get("acked_at") is not None:
+            # It saved when it answered the signal (an ack, an exit, a self-requeue).
+            since = max(since, float(victim["acked_at"]))
         return max(0.0, at - since) * gpus
+
+    def _note_ack(self, victim: dict[str, Any], job: Job, at: float, how: str,
+                  words: str) -> None:
+        """Record a victim's acknowledgement once: its time, how it answered,
+        the audit line (which protocol it spoke), the cycle's figures."""
+        pid, job_id, rc = victim["preemption_id"], victim["job_id"], victim["restart_count"]
+        signalled_at = float(victim["signalled_at"] or at)
+        protocol = victim.get("protocol") or "spolicy"
+        self.journal.update_victim(pid, job_id, rc, acked_at=at, ack_how=how)
+        self._report.acks += 1
+        self._report.acks_by[(protocol, how)] += 1
+        self._report.ack_seconds.append((protocol, max(0.0, at - signalled_at)))
+        self._audit(None, "CheckpointAck",
+                    f"victim {job_id} {words} {max(0.0, at - signalled_at):.0f}s after the"
+                    f" signal (protocol {protocol})", "observed", job_id=job_id, jobs=(job_id,),
+                    detail={"protocol": protocol, "how": how,
+                            "seconds": max(0.0, at - signalled_at)})
 
     def _observe_victims(self, snapshot: Snapshot, now: float) -> None:
         for victim in self.journal.open_victims():
             pid, job_id, rc = victim["preemption_id"], victim["job_id"], victim["restart_count"]
             state = VictimState(victim["state"])
             job = snapshot.job(job_id)
+            answering = state in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED,
+                                  VictimState.DEADLINE)
+            if job is not None and job.restart_count == rc and answering and \
+                    exited_to_continue(job, checkpoint_of(job)) and \
+                    not self.journal.has_step(_requeue_key(pid, job_id, rc), (OK, REACHED)):
+                # Saved and exited after the signal (NeMo-style): the planner
+                # requeues the finished batch job so that it continues.
+                if victim["acked_at"] is None and state is VictimState.SIGNALLED:
+                    ended = job.end_time if job.end_time is not None else now
+                    deadline = victim["deadline"]
+                    if deadline is None or ended <= float(deadline) + 1:
+                        self._note_ack(victim, job, ended, "exit",
+                                       f"saved and exited ({job.state.value})")
+                    elif not victim["deadline_noted"]:
+                        self._miss(victim, job_id, "it exited after its deadline; it is "
+                                   "requeued to continue")
+                continue
             if job is None or job.state.is_finished:
                 if state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE) and \
                         self.journal.has_step(_requeue_key(pid, job_id, rc), (OK, REACHED)):
@@ -357,7 +414,11 @@ class Executor:
                             "observed", job_id=job_id, jobs=(job_id,))
                 continue
             if job.restart_count > rc or (job.is_pending and state is not VictimState.PLANNED):
-                # Requeued (by us, in a step whose outcome was lost, or by Slurm).
+                # Requeued (by us, in a step whose outcome was lost, by Slurm, or
+                # by the job itself: Lightning and submitit answer the signal so).
+                if state is VictimState.SIGNALLED and victim["acked_at"] is None and \
+                        not self.journal.has_step(_requeue_key(pid, job_id, rc)):
+                    self._note_ack(victim, job, now, "self-requeue", "requeued itself")
                 self._victim_requeued(pid, job_id, rc, job, now)
                 continue
             if state is VictimState.SIGNALLED:
@@ -367,21 +428,21 @@ class Executor:
                 signalled_at = float(victim["signalled_at"] or now)
                 self._note_refused_acks(pid, job, rc, now)
                 if victim["acked_at"] is None and _acknowledged(job, signalled_at, now):
-                    self.journal.update_victim(pid, job_id, rc, acked_at=_ack_time(job, now))
-                    self._report.acks += 1
-                    self._audit(None, "CheckpointAck",
-                                f"victim {job_id} acknowledged its checkpoint "
-                                f"{max(0.0, (_ack_time(job, now) or now) - signalled_at):.0f}s"
-                                " after the signal", "observed", job_id=job_id, jobs=(job_id,))
+                    self._note_ack(victim, job, _ack_time(job, now) or now, "ack",
+                                   "acknowledged its checkpoint")
                 elif victim["acked_at"] is None and victim["deadline"] is not None and \
                         now >= float(victim["deadline"]) and not victim["deadline_noted"]:
-                    self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
-                    self.journal.add_missed_ack(job_id)
-                    self._report.deadline_misses += 1
-                    self._audit(None, "CheckpointDeadline",
-                                f"victim {job_id} did not acknowledge its checkpoint by its"
-                                " deadline; it is requeued anyway",
-                                "observed", job_id=job_id, jobs=(job_id,))
+                    self._miss(victim, job_id, "it is requeued anyway")
+
+    def _miss(self, victim: dict[str, Any], job_id: int, then: str) -> None:
+        pid, rc = victim["preemption_id"], victim["restart_count"]
+        self.journal.update_victim(pid, job_id, rc, deadline_noted=1)
+        self.journal.add_missed_ack(job_id)
+        self._report.deadline_misses += 1
+        self._report.misses_by_protocol[victim.get("protocol") or "spolicy"] += 1
+        self._audit(None, "CheckpointDeadline",
+                    f"victim {job_id} did not acknowledge its checkpoint by its"
+                    f" deadline; {then}", "observed", job_id=job_id, jobs=(job_id,))
 
     def _note_refused_acks(self, pid: str, job: Job, rc: int, now: float) -> None:
         """Journal, once each, the acks of a signalled victim that do not count."""
@@ -783,12 +844,18 @@ class Executor:
             self._audit(a, a.kind, a.reason, "skipped: victim no longer running as planned",
                         job_id=a.job_id)
             return
+        target: SignalTarget = "steps" if a.target == "steps" else "batch"
+        ck = checkpoint_of(job)
+        protocol = ck.protocol if ck is not None else "spolicy"
+        self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
+                                   protocol=protocol)
         status, msg = self._call(
-            key, "signal", lambda: client.signal(a.job_id, a.signal, "batch"), job_id=a.job_id,
+            key, "signal", lambda: client.signal(a.job_id, a.signal, target), job_id=a.job_id,
             restart_count=a.restart_count, preemption_id=a.preemption_id,
-            params={"signal": a.signal, "deadline": a.deadline},
+            params={"signal": a.signal, "deadline": a.deadline, "target": target},
             reached=(JobGone, JobAlreadyFinished))
         if status == OK:
+            self._report.signals_by_protocol[protocol] += 1
             # Whole seconds: jobs acknowledge in whole seconds, and an ack in
             # the same second as the signal must count (the planner compares too).
             self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
@@ -800,8 +867,8 @@ class Executor:
             self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
                                        state=VictimState.ENDED)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"signal": a.signal, "deadline": a.deadline,
-                            "restart_count": a.restart_count})
+                    detail={"signal": a.signal, "deadline": a.deadline, "target": target,
+                            "protocol": protocol, "restart_count": a.restart_count})
         if status == FAILED:
             self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s signal",
                                          snapshot)
@@ -815,12 +882,19 @@ class Executor:
             return
         state = VictimState(victim["state"])
         job = snapshot.job(a.job_id)
-        if a.after == "no-checkpoint" and state is VictimState.PLANNED and job is not None:
-            if parse_admin_comment(job.admin_comment).can_checkpoint:
+        if a.after == "exited":
+            self._requeue_exited(a, victim, job, now)
+            return
+        if a.after in ("no-checkpoint", "periodic") and state is VictimState.PLANNED and \
+                job is not None:
+            ck = checkpoint_of(job)
+            if ck is not None and ck.signal is not None:
                 self._audit(a, a.kind, a.reason,
-                            "refused: the victim can checkpoint; signal it first",
+                            "refused: the victim has a checkpoint signal; signal it first",
                             job_id=a.job_id)
                 return
+            self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
+                                       protocol=ck.protocol if ck is not None else "none")
             if not self._reserved(a.preemption_id):
                 self._audit(a, a.kind, a.reason, "deferred: reservation not in place yet",
                             job_id=a.job_id)
@@ -854,7 +928,8 @@ class Executor:
         if status in (OK, REACHED):
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"after": state.value, "restart_count": a.restart_count})
+                    detail={"after": state.value, "why": a.after,
+                            "restart_count": a.restart_count})
         if status == OK and a.shrink_to is not None and a.shrink_min is not None:
             self._shrinks[a.job_id] = a
         if status == FAILED:
@@ -951,6 +1026,37 @@ class Executor:
             return False
         status, _ = self._delete_reservation(name, beneficiary, snapshot)
         return status in (OK, REACHED)
+
+    def _requeue_exited(self, a: Requeue, victim: dict[str, Any], job: Job | None,
+                        now: float) -> None:
+        """Requeue a victim that saved and exited after its signal: Slurm requeues
+        a finished batch job (22.05 and 25.11 alike) while it still knows it."""
+        assert self.client is not None
+        client = self.client
+        key = _requeue_key(a.preemption_id, a.job_id, a.restart_count)
+        state = VictimState(victim["state"])
+        if state not in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
+            self._audit(a, a.kind, a.reason, f"refused: victim is {state.value}, not signalled",
+                        job_id=a.job_id)
+            return
+        if self.journal.has_step(key, (OK, REACHED, STARTED)):
+            self._audit(a, a.kind, a.reason, "reached: already requeued", job_id=a.job_id)
+            return
+        if job is None or job.restart_count != a.restart_count or \
+                not exited_to_continue(job, checkpoint_of(job)):
+            self._audit(a, a.kind, a.reason, "skipped: victim is not a finished batch job "
+                        "that saved and exited", job_id=a.job_id)
+            return
+        status, msg = self._call(
+            key, "requeue", lambda: client.requeue(a.job_id), job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            params={"after": a.after}, reached=(JobAlreadyPending,))
+        if status in (OK, REACHED):
+            self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
+        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
+                    detail={"after": "exited", "why": a.after,
+                            "restart_count": a.restart_count,
+                            "state": job.state.value})
 
     def _reserved(self, pid: str) -> bool:
         """The nodes are held for the beneficiary alone (and the preemption is open)."""

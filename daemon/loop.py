@@ -52,8 +52,14 @@ from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lease import Lease
 from slurmpolicy.daemon.lifecycle import Lifecycle
 from slurmpolicy.daemon.lock import StateLock
-from slurmpolicy.daemon.metrics import Metrics, snapshot_figures
+from slurmpolicy.daemon.metrics import (
+    CHECKPOINT_WINDOW,
+    Metrics,
+    checkpoint_figures,
+    snapshot_figures,
+)
 from slurmpolicy.daemon.notify import Notifier
+from slurmpolicy.daemon.protocols import BatchSignals, with_victims
 from slurmpolicy.errors import (
     ConfigError,
     JournalError,
@@ -193,6 +199,7 @@ class Daemon:
         self._last_snapshot: Snapshot | None = None
         self._standby_said = ""
         self._lease_said = ""
+        self.batch_signals = BatchSignals(client)
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -498,6 +505,11 @@ class Daemon:
             if not active:
                 return self._finish(self._standby(started))
         try:
+            # The client may have been made in open(): read scripts through it.
+            self.batch_signals.client = self.client
+            victims = {int(v["job_id"]) for v in self.journal.open_victims()}
+            snapshot = self.batch_signals.enrich(
+                with_victims(snapshot, self.client, victims), victims)
             report = self.executor.reconcile(snapshot, now)
             if self.lifecycle is not None:
                 # Job ends, timelines, retries and node health (docs/lifecycle.md).
@@ -581,6 +593,11 @@ class Daemon:
                     figures += self.lifecycle.figures(now or self.clock())
                 except Exception as exc:  # figures must never stop the policy
                     log.error("lifecycle figures not computed: %s", exc)
+            try:
+                figures += checkpoint_figures(self.journal.checkpoint_outcomes(
+                    since=(now or self.clock()) - CHECKPOINT_WINDOW))
+            except Exception as exc:  # figures must never stop the policy
+                log.warning("checkpoint figures not computed: %s", exc)
         if self.fabric is not None:
             figures += [
                 ("slurmpolicy_fabric_warnings", {},

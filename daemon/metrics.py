@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.model import Snapshot
@@ -71,6 +71,30 @@ def snapshot_figures(snapshot: Snapshot, settings: Settings, now: float,
     return out
 
 
+#: The checkpoint success ratio and mean signal-to-ack time are over this window.
+CHECKPOINT_WINDOW = 86400.0
+#: Buckets of the signal-to-acknowledgement histogram, in seconds.
+ACK_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 90, 120, 300, 600, 1800)
+
+
+def checkpoint_figures(outcomes: Mapping[str, Mapping[str, Any]]) -> list[Figure]:
+    """By protocol, over the journal's last day of signalled victims (see
+    Journal.checkpoint_outcomes): the share that acknowledged (by an ack, a
+    self-requeue or a save-and-exit) and the mean signal-to-ack time."""
+    out: list[Figure] = []
+    for protocol, o in sorted(outcomes.items()):
+        if not o["signalled"]:
+            continue
+        labels = {"protocol": protocol}
+        out.append(("slurmpolicy_checkpoint_success_ratio", labels,
+                    o["acknowledged"] / o["signalled"]))
+        times = o["ack_seconds"]
+        if times:
+            out.append(("slurmpolicy_checkpoint_ack_seconds_mean", labels,
+                        sum(times) / len(times)))
+    return out
+
+
 class Metrics:
     """Prometheus metrics of one daemon; ``serve()`` starts the endpoint."""
 
@@ -113,6 +137,19 @@ class Metrics:
         self.healthy.set(1)
         #: The reason the last reload was refused; "" when the file's settings are in force.
         self.settings_error = ""
+        self.signals_by = Counter("slurmpolicy_checkpoint_signals",
+                                  "Checkpoint signals sent to victims, by protocol",
+                                  ["protocol"], registry=r)
+        self.acks_by = Counter("slurmpolicy_checkpoint_protocol_acks",
+                               "Victims' acknowledgements by protocol and how they answered "
+                               "(ack, self-requeue, exit)", ["protocol", "how"], registry=r)
+        self.misses_by = Counter("slurmpolicy_checkpoint_protocol_misses",
+                                 "Victims past their deadline without an answer, by protocol",
+                                 ["protocol"], registry=r)
+        self.ack_seconds = Histogram("slurmpolicy_checkpoint_ack_seconds",
+                                     "Seconds from the checkpoint signal to the victim's "
+                                     "acknowledgement, by protocol", ["protocol"],
+                                     buckets=ACK_BUCKETS, registry=r)
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None
@@ -163,6 +200,18 @@ class Metrics:
             self.misses.inc(report.deadline_misses)
             self.lost.inc(report.lost_gpu_seconds / 3600.0)
             self.requeues.inc(len(report.requeued))
+            for protocol, count in report.signals_by_protocol.items():
+                self.signals_by.labels(protocol=protocol).inc(count)
+                out.append(("slurmpolicy_checkpoint_signals", {"protocol": protocol},
+                            float(count)))
+            for (protocol, how), count in report.acks_by.items():
+                self.acks_by.labels(protocol=protocol, how=how).inc(count)
+                out.append(("slurmpolicy_checkpoint_protocol_acks",
+                            {"protocol": protocol, "how": how}, float(count)))
+            for protocol, count in report.misses_by_protocol.items():
+                self.misses_by.labels(protocol=protocol).inc(count)
+            for protocol, seconds in report.ack_seconds:
+                self.ack_seconds.labels(protocol=protocol).observe(seconds)
             for (kind, outcome), count in report.outcomes.items():
                 self.actions.labels(kind=kind, outcome=outcome).inc(count)
                 out.append(("slurmpolicy_actions", {"kind": kind, "outcome": outcome},

@@ -166,12 +166,17 @@ def schema(settings: Settings | None = None) -> tuple[Directive, ...]:
             "--class=research", restricted),
         Directive(
             "checkpoint", "checkpoint",
-            f"none, or signal:SIG,grace=DURATION[,interval=DURATION] with SIG one of "
+            f"none, periodic,interval=DURATION, or signal:SIG,grace=DURATION"
+            f"[,interval=DURATION][,exit=done] with SIG one of "
             f"{', '.join(SIGNALS)}, grace {_range_text('grace')} (default {grace_default}), "
             f"interval {_range_text('interval')}",
-            "not said (treated as unable to checkpoint)",
+            "not said: the job's own --signal=SIG@TIME with --requeue, if it has them "
+            "(signal SIG, grace TIME); else unable to checkpoint",
             "The job writes a checkpoint when sent SIG and needs at most grace to do so; "
-            "it also checkpoints by itself every interval. none: it cannot checkpoint.",
+            "it also checkpoints by itself every interval. exit=done: an exit after SIG "
+            "means the job is done (else it saved and exited, and is requeued to "
+            "continue). periodic: it only checkpoints by itself every interval and is "
+            "requeued without a signal. none: it cannot checkpoint.",
             "--checkpoint=signal:USR1,grace=2m,interval=30m"),
         Directive(
             "preemptible", "preemptible", f"yes, no, or after=DURATION ({_range_text('after')})",
@@ -421,19 +426,35 @@ class Validator:
             return {"checkpoint": Checkpoint(signal=None)}
         seen: dict[str, str] = {}
         for part in value.split(","):
-            if part.startswith(("signal:", "signal=")):
+            if part == "periodic":
+                key, text = "periodic", ""
+            elif part.startswith(("signal:", "signal=")):
                 key, text = "signal", part[7:]
             elif part.startswith("grace="):
                 key, text = "grace", part[6:]
             elif part.startswith("interval="):
                 key, text = "interval", part[9:]
+            elif part.startswith("exit="):
+                key, text = "exit", part[5:]
             else:
                 raise _Bad(f"unknown part '{_sanitize(part, SHOW_VALUE)}'")
             if key in seen:
                 raise _Bad(f"{key} given twice")
             seen[key] = text
+        if "periodic" in seen:
+            # A periodic checkpointer: no signal to send, it is requeued at once.
+            if "signal" in seen or "grace" in seen or "exit" in seen:
+                raise _Bad("periodic takes no signal, grace or exit; give its interval only")
+            if "interval" not in seen:
+                raise _Bad("periodic needs interval=DURATION (how often it checkpoints)")
+            return {"checkpoint": Checkpoint(
+                signal=None, interval=float(_duration_in_range("interval", seen["interval"])))}
         if "signal" not in seen:
             raise _Bad("signal is missing")
+        on_exit = seen.get("exit", "requeue")
+        if on_exit not in ("requeue", "done"):
+            raise _Bad(f"unknown exit '{_sanitize(on_exit, SHOW_VALUE)}'",
+                       suggest(on_exit, ["requeue", "done"]))
         sig = _upper(seen["signal"])
         if sig.startswith("SIG"):
             sig = sig[3:]
@@ -448,7 +469,8 @@ class Validator:
         interval = (_duration_in_range("interval", seen["interval"]) if "interval" in seen
                     else None)
         return {"checkpoint": Checkpoint(signal=sig, grace=float(grace),
-                                         interval=None if interval is None else float(interval))}
+                                         interval=None if interval is None else float(interval),
+                                         on_exit=on_exit)}
 
     def _v_preemptible(self, value: str, ctx: Context) -> dict[str, Any]:
         if value == "yes":
@@ -713,7 +735,7 @@ def _restriction(validator: Validator, name: str, got: Mapping[str, Any], ctx: C
         account = _sanitize(ctx.account, SHOW_VALUE)
         return (f"class '{cls}' is restricted to accounts {listed}, not '{account}'",
                 f"for account '{account}': {', '.join(usable) or 'no class'}")
-    if name == "checkpoint" and got["checkpoint"].signal is None:
+    if name == "checkpoint" and not got["checkpoint"].capable:
         partitions = s.preemption.no_checkpoint_partitions
         if not partitions:
             return None

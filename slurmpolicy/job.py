@@ -206,14 +206,18 @@ def install(save: Callable[[], Any], signal: str | int | None = None, *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python3 -m slurmpolicy.job ack [--job N] [--restart-count R]``.
+    """``slurmpolicy-ckpt ack [--job N] [--restart-count R]`` (the console
+    script), or ``python3 -m slurmpolicy.job ack``.
 
     The same acknowledgement as ``slurmpolicy ckpt ack``, for compute nodes
-    where only the standard library is installed.
+    where only the standard library is installed: this one file is all it needs.
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python3 -m slurmpolicy.job",
+    # Installed as the console script slurmpolicy-ckpt too (same code, no click).
+    prog = "slurmpolicy-ckpt" if sys.argv[0].endswith("slurmpolicy-ckpt") else \
+        "python3 -m slurmpolicy.job"
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Acknowledge a checkpoint to slurmpolicy.")
     sub = parser.add_subparsers(dest="command", required=True)
     ack = sub.add_parser("ack", help="write ckpt:<now> into this job's comment")

@@ -29,18 +29,39 @@ PREFIX = "spolicy:v1"
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """``--checkpoint=signal:SIG,grace=D[,interval=D]`` or ``--checkpoint=none``."""
+    """``--checkpoint=signal:SIG,grace=D[,interval=D][,exit=done]``,
+    ``--checkpoint=periodic,interval=D`` or ``--checkpoint=none``; or what
+    :mod:`slurmpolicy.protocol` learned from the job's own ``--signal``."""
 
-    #: Signal name without "SIG" (USR1, TERM, ...); None: the job cannot checkpoint.
+    #: Signal name without "SIG" (USR1, TERM, ...); None: no signal to send
+    #: (a periodic checkpointer when ``interval`` is set, else unable).
     signal: str | None
     #: Seconds the job needs to save after the signal.
     grace: float = 0.0
     #: Seconds between the job's own periodic checkpoints; None: unknown.
     interval: float | None = None
+    #: Who gets the signal: "batch" (the batch shell, ``--signal=B:``) or
+    #: "steps" (the job steps, Slurm's own ``--signal`` without ``B:``).
+    target: str = "batch"
+    #: What an exit after the signal means: "requeue" (saved and exited: the
+    #: job continues, requeued) or "done" (the job finished; no requeue).
+    on_exit: str = "requeue"
+    #: "" when declared by ``#SPOLICY --checkpoint``; else where it was learned,
+    #: in words ("--signal=USR2@90 in its batch script").
+    learned: str = ""
 
     @property
     def capable(self) -> bool:
-        return self.signal is not None
+        return self.signal is not None or self.interval is not None
+
+    @property
+    def protocol(self) -> str:
+        """The protocol's name for logs and metrics: spolicy, slurm-signal, periodic, none."""
+        if self.learned:
+            return "slurm-signal"
+        if self.signal is not None:
+            return "spolicy"
+        return "periodic" if self.interval is not None else "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +179,22 @@ def _parse_ckpt(value: str) -> Checkpoint:
         return Checkpoint(signal=None)
     parts = dict(p.partition("=")[::2] for p in value.split(",") if "=" in p)
     head = value.split(",", 1)[0]
+    interval = parts.get("interval")
+    if head == "periodic":
+        if not interval:
+            raise ValueError(value)
+        return Checkpoint(signal=None, interval=_seconds(interval))
     if not head.startswith("signal:"):
         raise ValueError(value)
-    interval = parts.get("interval")
+    target = parts.get("target", "batch")
+    on_exit = parts.get("exit", "requeue")
+    if target not in ("batch", "steps") or on_exit not in ("requeue", "done"):
+        raise ValueError(value)
     return Checkpoint(
         signal=head[len("signal:"):],
         grace=_seconds(parts.get("grace", "0")),
         interval=_seconds(interval) if interval else None,
+        target=target, on_exit=on_exit,
     )
 
 
@@ -179,12 +209,18 @@ def render_admin_comment(policy: JobPolicy) -> str:
         tokens.append(f"class={policy.job_class}")
     if policy.checkpoint is not None:
         ck = policy.checkpoint
-        if ck.signal is None:
+        if ck.signal is None and ck.interval is not None:
+            tokens.append(f"ckpt=periodic,interval={_num(ck.interval)}")
+        elif ck.signal is None:
             tokens.append("ckpt=none")
         else:
             text = f"ckpt=signal:{ck.signal},grace={_num(ck.grace)}"
             if ck.interval is not None:
                 text += f",interval={_num(ck.interval)}"
+            if ck.target != "batch":
+                text += f",target={ck.target}"
+            if ck.on_exit != "requeue":
+                text += f",exit={ck.on_exit}"
             tokens.append(text)
     if not policy.preemptible:
         tokens.append("preempt=no")

@@ -120,6 +120,11 @@ class Job:
     exit_signal: int | None = None
     #: Nodes the job must not run on (``--exclude``, ``ExcNodeList``).
     excluded_nodes: tuple[str, ...] = ()
+    #: The sbatch command line as Slurm recorded it (23.02+; "" on 22.05).
+    submit_line: str = ""
+    #: The ``--signal`` value of the job's ``#SBATCH`` lines ("B:USR1@90"), when
+    #: the daemon read its batch script; "" when it has none or it was not read.
+    batch_signal: str = ""
 
     @property
     def is_pending(self) -> bool:

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlite_utils
 
@@ -207,6 +207,7 @@ class Journal:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
             self._ensure_identity()
+            self._add_columns()
         else:
             version = self.schema_version()
             if version > SCHEMA_VERSION:
@@ -347,6 +348,22 @@ class Journal:
             return {}
         return {int(r["job_id"]): float(r["since"])
                 for r in self.db.query("select job_id, since from job_identity")}
+
+    #: Columns added after schema 1, each with the type it holds. Added in
+    #: place (ALTER TABLE ADD COLUMN) so that any schema-1 journal takes them.
+    _ADDED_COLUMNS: ClassVar[dict[str, dict[str, type]]] = {
+        # Which checkpoint protocol the victim was recognised by (spolicy,
+        # slurm-signal, periodic, none) and how it answered (ack,
+        # self-requeue, exit), for logs, metrics and `report`.
+        "victims": {"protocol": str, "ack_how": str},
+    }
+
+    def _add_columns(self) -> None:
+        for table, columns in self._ADDED_COLUMNS.items():
+            have = set(self.db.table(table).columns_dict)
+            for name, kind in columns.items():
+                if name not in have:
+                    self.db.table(table).add_column(name, kind)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -494,6 +511,36 @@ class Journal:
     def victims_of(self, preemption_id: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.query(
             "select * from victims where preemption_id = ? order by job_id", [preemption_id])]
+
+    def checkpoint_outcomes(self, since: float | None = None,
+                            until: float | None = None) -> dict[str, dict[str, Any]]:
+        """Signalled victims by protocol: how many, how many acknowledged (and
+        how), and the signal-to-acknowledgement times, for ``report``."""
+        have = set(self.db.table("victims").columns_dict) if "victims" in \
+            self.db.table_names() else set()
+        if "protocol" not in have:
+            return {}
+        sql = "select * from victims where signalled_at is not null"
+        args: list[Any] = []
+        if since is not None:
+            sql += " and signalled_at >= ?"
+            args.append(since)
+        if until is not None:
+            sql += " and signalled_at < ?"
+            args.append(until)
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.db.query(sql, args):
+            entry = out.setdefault(row["protocol"] or "spolicy", {
+                "signalled": 0, "acknowledged": 0, "by": {}, "ack_seconds": []})
+            if row["state"] in ("signalled", "planned"):
+                continue  # still in flight: neither a success nor a failure yet
+            entry["signalled"] += 1
+            if row["acked_at"] is not None:
+                entry["acknowledged"] += 1
+                how = row["ack_how"] or "ack"
+                entry["by"][how] = entry["by"].get(how, 0) + 1
+                entry["ack_seconds"].append(max(0.0, row["acked_at"] - row["signalled_at"]))
+        return out
 
     # ----------------------------------------------------- other policy state
     def record_reservation(self, name: str, job_id: int | None, nodes: Iterable[str],

@@ -297,6 +297,7 @@ def summarize(journal: Any, since: float | None, until: float | None,
         "mean_gpus_idle": sum(idle) / len(idle) if idle else 0.0,
         "mean_wait_seconds_by_class": {k: sum(v) / len(v) for k, v in sorted(waits.items())},
         "lifecycle": _lifecycle(journal, since, until),
+        "checkpoints_by_protocol": _by_protocol(journal.checkpoint_outcomes(since, until)),
     }
 
 
@@ -308,6 +309,21 @@ def _lifecycle(journal: Any, since: float | None, until: float | None) -> dict[s
     rows = LifeStore(journal).ended_with_checkpoints(since or 0.0, until)
     return {f"{klass}/{account}": values
             for (klass, account), values in life_figures(rows).items()}
+
+
+def _by_protocol(outcomes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Success rate and signal-to-ack times of signalled victims, by protocol."""
+    out = {}
+    for protocol, o in sorted(outcomes.items()):
+        times = o["ack_seconds"]
+        out[protocol] = {
+            "signalled": o["signalled"], "acknowledged": o["acknowledged"],
+            "success_rate": o["acknowledged"] / o["signalled"] if o["signalled"] else None,
+            "by": dict(sorted(o["by"].items())),
+            "ack_seconds_mean": sum(times) / len(times) if times else None,
+            "ack_seconds_max": max(times) if times else None,
+        }
+    return out
 
 
 @click.command("report")
@@ -340,6 +356,15 @@ def report(ctx: click.Context, since: str | None, until: str | None, as_json: bo
     click.echo(f"  requeues             {data['requeues']:.0f}")
     click.echo(f"  checkpoint acks      {data['checkpoint_acks']:.0f}, deadline misses "
                f"{data['checkpoint_deadline_misses']:.0f}")
+    for protocol, o in data["checkpoints_by_protocol"].items():
+        if not o["signalled"]:
+            continue
+        how = ", ".join(f"{k} {v}" for k, v in o["by"].items())
+        times = (f"; signal to ack mean {o['ack_seconds_mean']:.0f}s, max "
+                 f"{o['ack_seconds_max']:.0f}s") if o["ack_seconds_mean"] is not None else ""
+        click.echo(f"  ckpt {protocol}".ljust(23)
+                   + f"{o['acknowledged']}/{o['signalled']} acknowledged "
+                   f"({100 * o['success_rate']:.0f}%{'; ' + how if how else ''}){times}")
     click.echo(f"  GPU-hours lost       {data['lost_gpu_hours']:.2f}")
     click.echo(f"  GPUs allocated/idle  {data['mean_gpus_allocated']:.1f} / "
                f"{data['mean_gpus_idle']:.1f} (mean)")

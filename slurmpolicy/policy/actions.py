@@ -103,6 +103,9 @@ class SignalCheckpoint(Action):
     signal: str
     #: Epoch seconds by which the victim must acknowledge, else it is requeued anyway.
     deadline: float
+    #: "batch" (the batch shell) or "steps" (the job steps): where Slurm itself
+    #: would send the job's own --signal.
+    target: str = "batch"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,8 +113,11 @@ class Requeue(Action):
     """Requeue a victim (``scontrol requeue``); never cancel.
 
     ``after`` says why now: "acknowledged" (its checkpoint ack came after the
-    signal), "deadline" (grace passed without an ack) or "no-checkpoint" (the
-    job has no checkpoint signal to wait for, so none was sent).
+    signal), "deadline" (grace passed without an ack), "no-checkpoint" (the
+    job has no checkpoint signal to wait for, so none was sent), "periodic"
+    (it checkpoints by itself and has no signal: requeued at once) or
+    "exited" (it saved and exited after the signal: the finished batch job
+    is requeued so that it continues).
     """
 
     preemption_id: str

@@ -19,6 +19,7 @@ from slurmpolicy.model import Job, Node, Reservation, Snapshot
 from slurmpolicy.policy import fairshare
 from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
 from slurmpolicy.policy.classes import JobClass, resolve_class
+from slurmpolicy.protocol import effective_policy
 from slurmpolicy.settings import Settings
 from slurmpolicy.topology.slices import is_slice_type, node_free
 from slurmpolicy.topology.types import Level, Shape
@@ -75,6 +76,7 @@ class Context:
         self.now = now
         self.prefix = settings.reservations.name_prefix
         self._policy_by_text: dict[str, JobPolicy] = {}
+        self._learned: dict[tuple[str, str, str], JobPolicy] = {}
         self._class_cache: dict[tuple[str | None, str], JobClass] = {}
         self._class_by_text: dict[tuple[str, str], JobClass] = {}
         #: why_not_victim answers, by (victim, beneficiary rank): the same for
@@ -152,10 +154,19 @@ class Context:
 
     # --- directives and classes ------------------------------------------------
     def policy(self, job: Job) -> JobPolicy:
+        """The job's directives, with the checkpoint protocol learned from its own
+        ``--signal`` and ``--requeue`` where it declared none (slurmpolicy.protocol)."""
         text = job.admin_comment
         hit = self._policy_by_text.get(text)
         if hit is None:
             hit = self._policy_by_text[text] = parse_admin_comment(text)
+        if hit.checkpoint is None and job.requeue and (
+                job.batch_signal or "--signal" in job.submit_line):
+            key = (text, job.submit_line, job.batch_signal)
+            learned = self._learned.get(key)
+            if learned is None:
+                learned = self._learned[key] = effective_policy(hit, job)
+            return learned
         return hit
 
     def job_class(self, job: Job) -> JobClass:

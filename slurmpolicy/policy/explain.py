@@ -23,6 +23,7 @@ from slurmpolicy.policy import deferral, elastic, preemption, priority, reservat
 from slurmpolicy.policy.actions import Intents, VictimState
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node
 from slurmpolicy.policy.explanation import Alternative, Explanation
+from slurmpolicy.protocol import describe
 from slurmpolicy.settings import Settings
 from slurmpolicy.topology.types import Level, NoPlacement
 
@@ -257,6 +258,8 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
                 request=request_text(ctx, job), slurm_reason=job.reason,
                 slurm_reason_text=SLURM_REASONS.get(job.reason, job.reason))
     if job.is_running:
+        # Which checkpoint protocol it was recognised by: what a preemption does to it.
+        notes.append(f"checkpoint {describe(ctx.policy(job).checkpoint)}")
         return _explain_running(ctx, job, base, notes)
     if not job.is_pending:
         return Explanation(state=job.state.value, headline=f"Job {job.job_id} is {job.state.value}",

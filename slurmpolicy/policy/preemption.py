@@ -23,7 +23,12 @@ was not sent) gets it again, a signalled victim is requeued only
 after it acknowledged (a ``ckpt:`` stamp at or after the signal) or its
 deadline passed, finish when the victims are gone and the beneficiary runs,
 and abort the rest when the beneficiary started elsewhere, left, or fits
-without them. A victim that ended by itself is not requeued.
+without them. A victim that requeued itself after the signal is gone (its
+restart count moved); one that exited after it (saved and exited) is
+requeued so that it continues, unless its declaration says ``exit=done``;
+any other victim that ended by itself is not requeued. A periodic
+checkpointer has no signal: it is requeued at once. Which protocol a job
+speaks is :mod:`slurmpolicy.protocol`'s (``Context.policy``).
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from slurmpolicy.durations import humanize
-from slurmpolicy.jobpolicy import last_checkpoint
-from slurmpolicy.model import Job
+from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint
+from slurmpolicy.model import Job, JobState
 from slurmpolicy.policy import elastic
 from slurmpolicy.policy.actions import (
     Action,
@@ -44,6 +49,7 @@ from slurmpolicy.policy.actions import (
     Requeue,
     SignalCheckpoint,
     StartPreemption,
+    VictimIntent,
     VictimState,
 )
 from slurmpolicy.policy.classes import lowest_preemptible_rank
@@ -64,11 +70,36 @@ def gpu_hours(gpu_seconds: float) -> str:
     return f"{gpu_seconds / 3600:.1f} GPU-h"
 
 
+def checkpoint_age_basis(job: Job, interval: float | None, now: float) -> float:
+    """When the job's last checkpoint was written, as far as slurmpolicy knows:
+    its last reported one in this run (``ckpt:`` in its comment), else the last
+    multiple of its declared interval since it started, else its start."""
+    start = job.start_time if job.start_time is not None else now
+    ckpt = last_checkpoint(job.comment, now)
+    if ckpt is not None and ckpt >= start:
+        return ckpt
+    if interval:
+        return start + (max(0.0, now - start) // interval) * interval
+    return start
+
+
+#: Slurm states of a victim that ended by itself after the signal and is
+#: requeued so that it continues (it saved and exited); a cancelled or
+#: timed-out job is not.
+EXIT_STATES = frozenset({JobState.COMPLETED, JobState.FAILED})
+
+
+def exited_to_continue(job: Job, checkpoint: Checkpoint | None) -> bool:
+    """A signalled victim that exited by itself, and whose protocol says an
+    exit after the signal means "saved, continue me" (not ``exit=done``)."""
+    return (job.state in EXIT_STATES and checkpoint is not None
+            and checkpoint.signal is not None and checkpoint.on_exit == "requeue")
+
+
 def lost_work(ctx: Context, job: Job) -> float:
     """GPU-seconds lost if ``job`` stopped now, plus the cost of restarting it."""
-    start = job.start_time if job.start_time is not None else ctx.now
-    ckpt = last_checkpoint(job.comment, ctx.now)
-    since = max(start, ckpt) if ckpt is not None else start
+    ck = ctx.policy(job).checkpoint
+    since = checkpoint_age_basis(job, ck.interval if ck is not None else None, ctx.now)
     gpus = job_gpus(job)
     return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
 
@@ -443,15 +474,27 @@ def first_step(ctx: Context, preemption_id: str, beneficiary: int, job: Job,
     """A planned victim's first step: its checkpoint signal, or (when it has no
     signal to send) its requeue, since there is nothing to wait for."""
     policy = ctx.policy(job)
-    if policy.checkpoint is not None and policy.checkpoint.signal:
+    ck = policy.checkpoint
+    if ck is not None and ck.signal:
         grace = _grace(ctx, job)
+        where = "" if ck.target == "batch" else " (to its job steps)"
+        learned = f"; recognised by {ck.learned}" if ck.learned else ""
         return SignalCheckpoint(
             preemption_id=preemption_id, job_id=job.job_id,
-            restart_count=restart_count, signal=policy.checkpoint.signal,
+            restart_count=restart_count, signal=ck.signal, target=ck.target,
             deadline=ctx.now + grace,
-            reason=(f"checkpoint signal {policy.checkpoint.signal} to victim {job.job_id}"
-                    f" for job {beneficiary}; requeue after its ack or in "
-                    f"{humanize(grace)}"))
+            reason=(f"checkpoint signal {ck.signal}{where} to victim {job.job_id}"
+                    f" for job {beneficiary} (protocol {ck.protocol}{learned}); requeue "
+                    f"after its ack or in {humanize(grace)}"))
+    if ck is not None and ck.interval is not None:
+        return Requeue(
+            preemption_id=preemption_id, job_id=job.job_id,
+            restart_count=restart_count, after="periodic",
+            reason=(f"requeue victim {job.job_id} for job {beneficiary}: protocol periodic "
+                    f"(it checkpoints every {humanize(ck.interval)} by itself, no signal); "
+                    f"its last checkpoint is about "
+                    f"{humanize(ctx.now - checkpoint_age_basis(job, ck.interval, ctx.now))} "
+                    "old"))
     return Requeue(
         preemption_id=preemption_id, job_id=job.job_id,
         restart_count=restart_count, after="no-checkpoint",
@@ -474,8 +517,46 @@ def _requeue(ctx: Context, p: PreemptionIntent, job: Job, restart_count: int, af
 
 def advance(ctx: Context, p: PreemptionIntent) -> list[Action]:
     """The next steps of one open preemption, from what the snapshot shows."""
-    s = ctx.settings.preemption
     beneficiary = ctx.by_id.get(p.beneficiary)
+    # Victims that saved and exited after the signal (NeMo-style) are requeued
+    # whatever happens to the preemption: they stopped for it and must continue.
+    exits: list[Action] = []
+    for v in p.victims:
+        job = ctx.by_id.get(v.job_id)
+        if (v.state in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED, VictimState.DEADLINE)
+                and job is not None and job.restart_count == v.restart_count
+                and exited_to_continue(job, ctx.policy(job).checkpoint)):
+            exits.append(Requeue(
+                preemption_id=p.preemption_id, job_id=v.job_id,
+                restart_count=v.restart_count, after="exited",
+                reason=(f"requeue victim {v.job_id}: it saved and exited "
+                        f"({job.state.value}) after its checkpoint signal, so that it "
+                        "continues from its checkpoint")))
+    rest = _advance(ctx, p, beneficiary)
+    if any(isinstance(a, FinishPreemption) and a.aborted for a in rest) and \
+            any(_may_still_exit(ctx, v) for v in p.victims):
+        # A victim that got its framework's signal may still save and exit
+        # (NeMo-style): the preemption stays open, bounded by that victim's
+        # deadline, so that the exit is seen and the job requeued to continue.
+        return exits
+    return exits + rest
+
+
+def _may_still_exit(ctx: Context, v: VictimIntent) -> bool:
+    job = ctx.by_id.get(v.job_id)
+    if v.state is not VictimState.SIGNALLED or job is None or not job.is_running or \
+            job.restart_count != v.restart_count:
+        return False
+    # Jobs recognised by their own --signal only: their framework may answer by
+    # exiting; a #SPOLICY job answers with an ack and keeps running, so an abort
+    # leaves it running at once (as before).
+    ck = ctx.policy(job).checkpoint
+    return (ck is not None and bool(ck.learned) and ck.on_exit == "requeue"
+            and v.deadline is not None and ctx.now < v.deadline)
+
+
+def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list[Action]:
+    s = ctx.settings.preemption
     settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
                or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
     # Once a victim has gone (requeued or ended), its nodes are the beneficiary's.

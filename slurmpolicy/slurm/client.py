@@ -17,7 +17,9 @@ from typing import Literal, Protocol, runtime_checkable
 from slurmpolicy.errors import SlurmError
 from slurmpolicy.model import Job, Snapshot
 
-SignalTarget = Literal["batch", "all"]
+#: "batch": the batch shell only; "steps": the job steps only (Slurm's own
+#: ``--signal`` without ``B:``); "all": both.
+SignalTarget = Literal["batch", "all", "steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,17 @@ class SlurmClient(Protocol):
         ...
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        """Requeue a running job (``scontrol requeue`` / ``requeuehold``)."""
+        """Requeue a running job, or a finished batch job (``scontrol requeue`` /
+        ``requeuehold``)."""
+        ...
+
+    def batch_script(self, job_id: int) -> str:
+        """The job's batch script, as submitted (read only)."""
+        ...
+
+    def job(self, job_id: int) -> Job | None:
+        """One job in whatever state Slurm still remembers it, finished ones
+        included (``snapshot()`` lists what ``squeue`` lists); None once forgotten."""
         ...
 
     def set_admin_comment(self, job_id: int, text: str) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from slurmpolicy.errors import SlurmError, SlurmUnavailable
+from slurmpolicy.errors import JobGone, SlurmError, SlurmUnavailable
 from slurmpolicy.hostlist import compress
 from slurmpolicy.model import Job
 from slurmpolicy.slurm import parse
@@ -201,6 +201,23 @@ class SlurmCommands:
         jobs, _, _, _ = parse.decode_jobs(raw, {}, time.time())
         return [j for j in jobs if j.state.is_finished and (wanted is None or j.job_id in wanted)]
 
+    def job(self, job_id: int) -> Job | None:
+        """One job in whatever state Slurm still remembers it; None once it forgot it.
+
+        Finished jobs too (within MinJobAge), which 23.02+'s ``squeue --json``
+        no longer lists (22.05's lists them, and ignores ``--jobs``): through
+        ``scontrol --json show job`` where there is one.
+        """
+        if self.has_scontrol_json:
+            argv = ["scontrol", "--json", "show", "job", job_id_arg(job_id)]
+        else:
+            argv = ["squeue", "--json", "--jobs", job_id_arg(job_id)]
+        try:
+            raw = self.run(argv)
+        except JobGone:
+            return None
+        jobs, _, _, _ = parse.decode_jobs(raw, {}, self.clock())
+        return next((j for j in jobs if j.job_id == job_id), None)
 
     def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
         """``scontrol update jobid=N numnodes=MIN-MAX`` (an elastic job shrunk)."""

@@ -111,12 +111,18 @@ class JsonCliClient(SlurmCommands):
         self.run(["scontrol", "update", f"jobid={','.join(ids)}", f"{key}={value}"])
 
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
-        if target not in ("batch", "all"):
-            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
+        if target not in ("batch", "all", "steps"):
+            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all, steps")
         name = parse_signal(signal)
-        scope = "--batch" if target == "batch" else "--full"
+        # No scope flag: the job steps only, as Slurm's own --signal without B: does.
+        scope = {"batch": ["--batch"], "all": ["--full"], "steps": []}[target]
         # --signal makes scancel signal only; without it scancel would cancel.
-        self.run(["scancel", f"--signal={name}", scope, job_id_arg(job_id)])
+        self.run(["scancel", f"--signal={name}", *scope, job_id_arg(job_id)])
+
+    def batch_script(self, job_id: int) -> str:
+        """The job's batch script (``scontrol write batch_script ID -``)."""
+        return self.run(["scontrol", "write", "batch_script", job_id_arg(job_id), "-"]
+                        ).decode("utf-8", "replace")
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self.run(["scontrol", "requeuehold" if hold else "requeue", job_id_arg(job_id)])

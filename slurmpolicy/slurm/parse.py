@@ -161,6 +161,7 @@ class JobRecord(msgspec.Struct, gc=False):
     gres_detail: list[str] = []
     exit_code: int | ExitCode | None = None
     excluded_nodes: str = ""
+    submit_line: str = ""
 
 
 class JobsDoc(msgspec.Struct, gc=False):
@@ -613,6 +614,8 @@ def job_from_record(r: JobRecord, site_factors: Mapping[int, int] = MappingProxy
         exit_code=code,
         exit_signal=sig,
         excluded_nodes=_excluded(r),
+        submit_line=r.submit_line,
+        batch_signal="",
     )
 
 

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
-from slurmpolicy.errors import ReservationError, SlurmError, SlurmUnavailable
+from slurmpolicy.errors import JobGone, ReservationError, SlurmError, SlurmUnavailable
 from slurmpolicy.hostlist import HostlistError, compress, expand
 from slurmpolicy.model import EMPTY_GRES, Job, Node, Partition, Reservation, Snapshot
 from slurmpolicy.slurm import parse
@@ -284,6 +284,7 @@ class PySlurmClient:
             exit_code=_opt_int(getattr(j, "exit_code", None)),
             exit_signal=_opt_int(getattr(j, "exit_code_signal", None)) or None,
             excluded_nodes=_excluded(getattr(j, "excluded_nodes", None)),
+            submit_line=getattr(j, "submit_line", None) or "",
         )
 
     @staticmethod
@@ -357,12 +358,33 @@ class PySlurmClient:
     def signal(self, job_id: int, signal: str, target: SignalTarget = "batch") -> None:
         pyslurm = self._api()
 
-        if target not in ("batch", "all"):
-            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all")
+        if target not in ("batch", "all", "steps"):
+            raise ValueError(f"invalid signal target {target!r}; allowed: batch, all, steps")
         number = _signal.Signals["SIG" + parse_signal(signal)]
+        # pyslurm calls the job steps without the batch shell "children".
+        steps = "children" if target == "steps" else target
         with _rpc(f"pyslurm Job({job_id}).send_signal({number.name})"):
             # A plain int: pyslurm's signal_to_num tests str(sig).isnumeric().
-            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=target)
+            pyslurm.Job(_check_id(job_id)).send_signal(int(number), steps=steps)
+
+    def job(self, job_id: int) -> Job | None:
+        """One job in whatever state Slurm still remembers it (finished ones too)."""
+        pyslurm = self._api()
+        try:
+            with _rpc(f"pyslurm Job.load({job_id})"):
+                j = pyslurm.Job.load(_check_id(job_id))
+            job = self._job(j, {}, self.clock())
+        except JobGone:
+            return None
+        except UnicodeDecodeError:
+            return self.cli.job(job_id)
+        return self.cli.job(job_id) if _needs_cli(job) else job
+
+    def batch_script(self, job_id: int) -> str:
+        pyslurm = self._api()
+        with _rpc(f"pyslurm Job({job_id}).get_batch_script()"):
+            text = pyslurm.Job(_check_id(job_id)).get_batch_script()
+        return text if isinstance(text, str) else ""
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         pyslurm = self._api()

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from slurmpolicy.durations import format_duration
-from slurmpolicy.errors import JobGone, SlurmPolicyError
+from slurmpolicy.errors import JobGone, SlurmError, SlurmPolicyError
 from slurmpolicy.hostlist import compress
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.explanation import Explanation
 from slurmpolicy.privacy import redact_jobs
+from slurmpolicy.protocol import script_signal, submit_line_signal
 from slurmpolicy.settings import Settings
 from slurmpolicy.tui.frame import HIDDEN_JOB, Decision, Frame, leaves_from_features
 
@@ -275,9 +276,29 @@ class Feed:
 
         if fab is None:
             return slurm_view(frame, job, note=self.fabric_note)
-        result: Explanation = explain(frame.snapshot, fab, self.settings, frame.intents,
+        snapshot = self._with_batch_signal(frame.snapshot, job)
+        result: Explanation = explain(snapshot, fab, self.settings, frame.intents,
                                       frame.now, job_id)
         return result
+
+    def _with_batch_signal(self, snapshot: Snapshot, job: Job) -> Snapshot:
+        """The snapshot with the job's ``#SBATCH --signal`` read from its batch
+        script (as the daemon does), so that ``why`` names the protocol the
+        daemon recognises. Slurm shows a script only to its owner and admins;
+        for anyone else nothing is read."""
+        read = getattr(self.client, "batch_script", None)
+        if read is None or not job.requeue or submit_line_signal(job.submit_line) or \
+                parse_admin_comment(job.admin_comment).checkpoint is not None:
+            return snapshot
+        try:
+            value = script_signal(read(job.job_id))
+        except SlurmError:
+            return snapshot
+        if not value:
+            return snapshot
+        jobs = tuple(replace(j, batch_signal=value) if j.job_id == job.job_id else j
+                     for j in snapshot.jobs)
+        return replace(snapshot, jobs=jobs)
 
 
 def domains_of(fab: Any, snapshot: Snapshot, settings: Settings

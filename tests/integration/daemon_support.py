@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 
 import slurmpolicy
@@ -37,27 +36,22 @@ REPO = Path(slurmpolicy.__file__).resolve().parent.parent
 ALIVE = {"PENDING", "RUNNING", "COMPLETED", "COMPLETING", "REQUEUED", "CONFIGURING"}
 
 
+_JOB_SIDE_OK: set[str] = set()
+
+
 def job_side_cli(cluster: Any) -> Path:
-    """A directory holding a ``slurmpolicy`` the job user can run; idempotent."""
-    bindir = Path(cluster.shared_dir) / "spbin"
-    wrapper = bindir / "slurmpolicy"
-    if wrapper.exists():
-        return bindir
-    pylib = Path(cluster.shared_dir) / "pylib"
-    target = pylib / "click"
-    if not target.exists():
-        shutil.copytree(Path(click.__file__).parent, target,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    bindir.mkdir(parents=True, exist_ok=True)
-    python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f"PYTHONPATH={pylib}:{REPO} PYTHONDONTWRITEBYTECODE=1 exec {python} -c "
-        "'import sys; sys.argv[0] = \"slurmpolicy\"; from slurmpolicy.cli import main; main()'"
-        ' "$@"\n')
-    for path in (pylib, bindir, *pylib.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    wrapper.chmod(0o755)
+    """The directory of the ``slurmpolicy`` that scripts/setup installed (this
+    .venv's bin/), which the ordinary test user's jobs run as it is: setup builds
+    the .venv on a Python every user may run. Checked once, as that user."""
+    bindir = Path(sys.prefix) / "bin"
+    if str(bindir) not in _JOB_SIDE_OK:
+        argv = cluster.as_user([str(bindir / "slurmpolicy"), "ckpt", "--help"])
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"the test user cannot run {bindir / 'slurmpolicy'} (rerun scripts/setup, "
+                f"which builds .venv on a Python every user may run): {proc.stderr.strip()}")
+        _JOB_SIDE_OK.add(str(bindir))
     return bindir
 
 

@@ -194,6 +194,50 @@ def test_signal_reaches_the_batch_trap(client: SlurmClient, devcluster: LiveClus
         client.signal(job_id, "NOT_A_SIGNAL")
 
 
+def test_signal_to_the_steps_only_as_slurm_sends_its_own(
+        client: SlurmClient, devcluster: LiveCluster, holder: Holder, wd: Path) -> None:
+    """target "steps": the srun tasks get it, the batch shell does not (Slurm's own
+    --signal without B:); the batch script and its #SBATCH --signal read back."""
+    step = ('srun bash -c \'trap "echo STEP >> $PWD/step.$SLURM_JOB_ID" USR2; '
+            'while true; do sleep 0.2; done\' &\n'
+            'sleep 1; echo "srun up" > "$PWD/srun.$SLURM_JOB_ID"')
+    job_id = holder.submit(trap="USR2", body=step)
+    devcluster.wait_state(job_id, "RUNNING")
+    devcluster.read_file(wd / f"srun.{job_id}")
+    devcluster.read_file(wd / f"started.{job_id}")
+    client.signal(job_id, "USR2", target="steps")
+    devcluster.read_file(wd / f"step.{job_id}", contains="STEP")
+    assert not (wd / f"trap.{job_id}").exists()  # the batch shell was left alone
+    script = client.batch_script(job_id)
+    assert script.startswith("#!/bin/bash") and "srun bash -c" in script
+    signalled = devcluster.submit("#!/bin/bash\n#SBATCH --signal=B:USR1@45\ntrue\n",
+                                  extra_args=["--signal=R:TERM@30"], workdir=wd)
+    assert "#SBATCH --signal=B:USR1@45" in client.batch_script(signalled)
+    j, _ = job_in(client, signalled)
+    # 23.02+ record the command line (it wins over the script); 22.05 does not.
+    assert j.submit_line == "" or "--signal=R:TERM@30" in j.submit_line
+    if not devcluster.slurm_cmd("scontrol", "--version").stdout.split()[1].startswith("22."):
+        assert "--signal=R:TERM@30" in j.submit_line
+
+
+def test_a_finished_batch_job_can_be_requeued(client: SlurmClient, devcluster: LiveCluster,
+                                              wd: Path) -> None:
+    """What slurmpolicy does with a victim that saved and exited (NeMo-style)."""
+    job_id = devcluster.submit("#!/bin/bash\ntrue\n", extra_args=["--requeue"], workdir=wd)
+    devcluster.wait_state(job_id, "COMPLETED")
+    # Looked up by id, a finished job is there (23.02+'s squeue --json and
+    # pyslurm's listing leave it out of the snapshot).
+    done = client.job(job_id)
+    assert done is not None and done.state is JobState.COMPLETED and done.requeue
+    assert client.job(BOGUS) is None
+    client.requeue(job_id)
+    j = wait_job(client, job_id, lambda j: j.restart_count == 1, "requeued after it ended")
+    assert j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)
+    # Slurm holds a requeued batch job back a while; let it run again now.
+    devcluster.slurm_cmd("scontrol", "update", f"jobid={job_id}", "starttime=now", check=False)
+    devcluster.wait_state(job_id, "COMPLETED", timeout=120)
+
+
 def test_requeue_counts_restarts(client: SlurmClient, devcluster: LiveCluster,
                                  holder: Holder) -> None:
     job_id = holder.submit("--requeue")

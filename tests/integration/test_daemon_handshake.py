@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slurm
 
 
 def _comment(cluster: LiveCluster, job_id: int) -> str:
-    job = adapter_client(cluster).snapshot().job(job_id)
+    job = adapter_client(cluster).job(job_id)  # finished jobs too
     assert job is not None
     return job.comment
 
@@ -61,6 +61,29 @@ def test_python_helper_saves_acks_and_keeps_running(cluster: LiveCluster) -> Non
     cluster.wait_state(job, "COMPLETED", timeout=60)
     out = cluster.read_file(wd / f"slurm-{job}.out", contains="finished at step 12")
     assert "checkpoint at step" in out.split("finished")[0]
+
+
+INSTALLED = REPO / ".venv" / "bin"
+
+
+def test_installed_command_runs_in_an_ordinary_users_job(cluster: LiveCluster) -> None:
+    """The commands scripts/setup installed, run from an ordinary user's job as a
+    new user would (no wrapper, nothing added to PATH but the .venv): their
+    interpreter must be one every user may run, not a Python in root's home
+    ("bad interpreter: Permission denied")."""
+    wd = cluster.workdir()
+    script = ("#!/bin/bash\n"
+              f"{INSTALLED}/slurmpolicy ckpt ack > \"$PWD/ack.$SLURM_JOB_ID\" "
+              "2> \"$PWD/err.$SLURM_JOB_ID\"\n"
+              f"{INSTALLED}/slurmpolicy-ckpt ack >> \"$PWD/ack.$SLURM_JOB_ID\" "
+              "2>> \"$PWD/err.$SLURM_JOB_ID\"\n")
+    job = cluster.submit(script, workdir=wd)  # plain sbatch as the test user
+    cluster.wait_state(job, "COMPLETED", timeout=60)
+    err = cluster.read_file(wd / f"err.{job}")
+    assert "bad interpreter" not in err and "Permission denied" not in err, err
+    acks = cluster.read_file(wd / f"ack.{job}").split()
+    assert len(acks) == 2 and all(a.startswith("ckpt:") for a in acks), (acks, err)
+    assert last_checkpoint(_comment(cluster, job)) == int(acks[-1].split(":")[1])
 
 
 def test_ack_of_another_users_job_is_refused(cluster: LiveCluster) -> None:

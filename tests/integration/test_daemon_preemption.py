@@ -126,9 +126,14 @@ echo "finished by itself"
 
 def test_victim_finishing_during_grace_is_not_requeued(cluster: LiveCluster,
                                                        daemon: DaemonRunner) -> None:
+    """A job whose declaration says an exit means done (``exit=done``) and that
+    ends on the signal is finished: no requeue. (Without it, an exit after the
+    signal is a save-and-exit, and the job is requeued to continue: see
+    test_framework_preemption.py, the NeMo-style job.)"""
     wd = cluster.workdir()
     victims = [submit(cluster, FINISHING, "-p", "research", "-N1", "--gres=gpu:8", "--requeue",
-                      admin_comment=victim_comment(grace=60), workdir=wd) for _ in range(2)]
+                      admin_comment=victim_comment(grace=60) + ",exit=done", workdir=wd)
+               for _ in range(2)]
     for v in victims:
         cluster.wait_state(v, "RUNNING")
     beneficiary = submit_beneficiary(cluster, wd, seconds=2)

@@ -83,8 +83,9 @@ def test_valid_script_gives_the_policy():
      "mean --class=research?); allowed: #SPOLICY --name=value"),
     ("bad signal",
      "line 2: #SPOLICY --checkpoint=signal:KILL,grace=60: invalid value "
-     "'signal:KILL,grace=60' for --checkpoint: unknown signal 'KILL'; allowed: none, or "
-     "signal:SIG,grace=DURATION[,interval=DURATION] with SIG one of USR1, USR2, TERM, INT, HUP, "
+     "'signal:KILL,grace=60' for --checkpoint: unknown signal 'KILL'; allowed: none, "
+     "periodic,interval=DURATION, or signal:SIG,grace=DURATION[,interval=DURATION][,exit=done] "
+     "with SIG one of USR1, USR2, TERM, INT, HUP, "
      "QUIT, ALRM, CONT, URG, XCPU, grace from 1s to 1d (default 2m), interval from 1m to 30d"),
     ("topology near level",
      "line 2: #SPOLICY --topology=lef: invalid value 'lef' for --topology (did you mean leaf?);"
@@ -96,9 +97,9 @@ def test_valid_script_gives_the_policy():
     ("grace too long",
      "line 2: #SPOLICY --checkpoint=signal:USR1,grace=2-00:00:00: invalid value "
      "'signal:USR1,grace=2-00:00:00' for --checkpoint: grace must be from 1s to 1d; allowed: "
-     "none, or signal:SIG,grace=DURATION[,interval=DURATION] with SIG one of USR1, USR2, TERM, "
-     "INT, HUP, QUIT, ALRM, CONT, URG, XCPU, grace from 1s to 1d (default 2m), interval from "
-     "1m to 30d"),
+     "none, periodic,interval=DURATION, or signal:SIG,grace=DURATION[,interval=DURATION]"
+     "[,exit=done] with SIG one of USR1, USR2, TERM, INT, HUP, QUIT, ALRM, CONT, URG, XCPU, "
+     "grace from 1s to 1d (default 2m), interval from 1m to 30d"),
 ])
 def test_messages_name_line_value_and_what_is_allowed(name, message):
     assert problems(name) == [message]
@@ -448,3 +449,17 @@ def test_retries_default_from_class_then_site():
     assert s.retries_of("research", None) == 1
     assert s.retries_of(None, None) == 1
     assert s.retries_of("production", 0) == 0
+
+
+def test_periodic_and_exit_done_checkpoints():
+    periodic = parse_script(CASES["periodic checkpointer"][0], SITE, Context())
+    assert render_admin_comment(periodic) == "spolicy:v1 ckpt=periodic,interval=1800"
+    done = parse_script(CASES["exit means done"][0], SITE, Context())
+    assert render_admin_comment(done) == "spolicy:v1 ckpt=signal:TERM,grace=120,exit=done"
+    assert problems("periodic without interval") == [
+        "line 2: #SPOLICY --checkpoint=periodic: invalid value 'periodic' for --checkpoint: "
+        "periodic needs interval=DURATION (how often it checkpoints); allowed: none, "
+        "periodic,interval=DURATION, or signal:SIG,grace=DURATION[,interval=DURATION]"
+        "[,exit=done] with SIG one of USR1, USR2, TERM, INT, HUP, QUIT, ALRM, CONT, URG, XCPU, "
+        "grace from 1s to 1d (default 2m), interval from 1m to 30d"]
+    assert "unknown exit 'dne'" in problems("bad exit")[0]

@@ -317,3 +317,13 @@ def test_fixture_folder_exists():
     # A missing fixtures folder would otherwise make the parametrized tests error out obscurely.
     assert FIXTURES.is_dir(), f"fixtures expected at {FIXTURES} (tests/fixtures/slurm)"
     assert os.listdir(FIXTURES / "slurm-25.11")
+
+
+def test_submit_line_recorded_by_25_11_only():
+    """23.02+ record the sbatch command line (a command-line --signal is there);
+    22.05 does not; no version lists a job's warning signal itself."""
+    old = parse.load_dir(FIXTURES / "slurm-22.05").job(1)
+    new = parse.load_dir(FIXTURES / "slurm-25.11").job(1)
+    assert old is not None and old.submit_line == ""
+    assert new is not None and new.submit_line.startswith("sbatch -p research -N2 --gres=gpu:8")
+    assert new.batch_signal == "" and old.batch_signal == ""
