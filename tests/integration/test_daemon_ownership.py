@@ -403,6 +403,11 @@ def test_a_reused_job_id_on_a_rebuilt_cluster_starts_a_clean_history(
     try:
         again = DaemonRunner(rebuilt, daemon.settings, daemon.log)
         wd2 = rebuilt.workdir()
+        # Slurm keeps submit times in whole seconds: a job submitted in the very
+        # second the old job's record was written cannot be told from it by
+        # time. A rebuilt cluster takes far longer than that anywhere but here
+        # (25.11 comes back in under a second), so start the new ids a second on.
+        time.sleep(max(0.0, before.at + 1.0 - time.time()))
         ids = [submit(rebuilt, rebuilt.hold_script(), "-p", "research", "-N1", "--gres=gpu:8",
                       admin_comment=PRODUCTION, workdir=wd2) for _ in range(2)]
         while max(ids) < old:  # job ids start again from the beginning
