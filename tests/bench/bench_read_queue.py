@@ -37,6 +37,9 @@ from pathlib import Path
 
 import pytest
 
+# Run as a script (python tests/bench/...): the repository root makes `tests` importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tests.paths import FIXTURES
 
 HERE = Path(__file__).resolve()

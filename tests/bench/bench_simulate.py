@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+# Run as a script (python tests/bench/...): the repository root makes `tests` importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rich.console import Console
 
 from slurmpolicy.settings import Settings
