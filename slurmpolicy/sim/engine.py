@@ -123,6 +123,14 @@ def _roundup(t: float, res: float) -> float:
     return math.ceil(t / res - 1e-9) * res if res > 0 else t
 
 
+def _merged(*lists: list[tuple[float, float]] | None) -> list[tuple[float, float]]:
+    """Claims of several sorted lists, in one list sorted by start."""
+    present = [c for c in lists if c]
+    if len(present) <= 1:
+        return present[0] if present else []
+    return sorted(c for cl in present for c in cl)
+
+
 class _FreeSteps:
     """Free GPUs of each host over time in one backfill pass, as running jobs
     end by their expected ends (rounded up to bf_resolution): per host a short
@@ -148,6 +156,7 @@ class _FreeSteps:
                     row.append((t, f))
             self.steps.append(row)
         self._ready: dict[int, list[float]] = {}
+        self._order: dict[int, list[int]] = {}
 
     def started(self, j: SimJob, end: float) -> None:
         """A job started in this pass: its GPUs are busy until ``end``."""
@@ -160,6 +169,7 @@ class _FreeSteps:
                 new.sort()
             self.steps[h] = new
         self._ready.clear()
+        self._order.clear()
 
     def free_at(self, h: int, t: float) -> int:
         f = 0
@@ -182,6 +192,15 @@ class _FreeSteps:
                         break
                 hit.append(t)
             self._ready[gpn] = hit
+        return hit
+
+    def order(self, gpn: int) -> list[int]:
+        """Hosts in the order they first have ``gpn`` GPUs free (ties: by index)."""
+        hit = self._order.get(gpn)
+        if hit is None:
+            ready = self.ready(gpn)
+            hit = sorted(range(len(ready)), key=ready.__getitem__)
+            self._order[gpn] = hit
         return hit
 
 
@@ -931,24 +950,21 @@ class Simulator:
         ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
 
         def clear_from(h: int, t: float) -> float:
-            # Both lists are sorted by start; repeat until no claim overlaps.
-            lists = (planned.get(h), extra.get(h))
-            moved = True
-            while moved:
-                moved = False
-                for claims in lists:
-                    for s0, e0 in claims or ():
-                        if s0 >= t + limit:
-                            break
-                        if e0 > t:
-                            t, moved = e0, True
+            # One pass over the claims sorted by start: a claim passed over
+            # ends by the t it was checked against, so by every later t too.
+            for s0, e0 in _merged(planned.get(h), extra.get(h)):
+                if s0 >= t + limit:
+                    break
+                if e0 > t:
+                    t = e0
             return t
 
         if n == 1:
             best = (math.inf, 0, -1)
-            for h, t in enumerate(ready):
+            for h in steps.order(gpn):  # hosts by the time they have the GPUs
+                t = ready[h]
                 if t > best[0] or t > window_end:
-                    continue
+                    break
                 if h in planned or h in extra:
                     t = clear_from(h, t)
                     if t > best[0]:
@@ -962,10 +978,54 @@ class Simulator:
         times = sorted({t for t in ready if t <= window_end}
                        | {e for c in (*planned.values(), *extra.values())
                           for _, e in c if now < e <= window_end})
+        if not times:
+            return math.inf, []
+        # A sweep over the candidate times instead of testing every host at
+        # every time: per host, the spans of start times at which it has the
+        # GPUs and no claim overlaps [t, t + limit), as (first start, start of
+        # the claim that ends the span); a host is usable at t when t is past
+        # the first and t + limit still ends by the second.
+        spans: list[list[tuple[float, float]]] = []
+        starts: list[tuple[float, int]] = []
+        for h, rt in enumerate(ready):
+            row: list[tuple[float, float]] = []
+            if rt <= window_end:
+                cur = rt
+                for s0, e0 in _merged(planned.get(h), extra.get(h)):
+                    if e0 <= cur:
+                        continue
+                    if cur + limit <= s0:
+                        row.append((cur, s0))
+                    cur = e0
+                row.append((cur, math.inf))
+                row.reverse()  # popped from the end, earliest first
+                a = row[-1][0]
+                if a <= window_end:
+                    starts.append((a, h))
+            spans.append(row)
+        heapq.heapify(starts)
+        ok = [False] * len(ready)
+        ends: list[tuple[float, int]] = []
+        count = 0
         for t in times:
-            ok = [rt <= t and ((h not in planned and h not in extra) or clear_from(h, t) == t)
-                  for h, rt in enumerate(ready)]
-            if sum(ok) < n:
+            moved = True
+            while moved:
+                moved = False
+                while starts and starts[0][0] <= t:
+                    _, h = heapq.heappop(starts)
+                    ok[h] = True
+                    count += 1
+                    heapq.heappush(ends, (spans[h][-1][1], h))
+                    moved = True
+                while ends and ends[0][0] < t + limit:
+                    _, h = heapq.heappop(ends)
+                    ok[h] = False
+                    count -= 1
+                    spans[h].pop()
+                    if spans[h]:
+                        heapq.heappush(starts, (spans[h][-1][0], h))
+                    moved = True
+            if count < n:
                 continue
             hosts = self.hosts
             saved = hosts.free
