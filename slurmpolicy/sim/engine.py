@@ -952,7 +952,8 @@ class Simulator:
         def clear_from(h: int, t: float) -> float:
             # One pass over the claims sorted by start: a claim passed over
             # ends by the t it was checked against, so by every later t too.
-            for s0, e0 in _merged(planned.get(h), extra.get(h)):
+            p, x = planned.get(h), extra.get(h)
+            for s0, e0 in (x or () if p is None else p if x is None else sorted(p + x)):
                 if s0 >= t + limit:
                     break
                 if e0 > t:
