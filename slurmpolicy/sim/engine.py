@@ -425,6 +425,8 @@ class Simulator:
         self.benefit_delays: list[float] = []
         self._resv_version = 0
         self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
+        #: clear_from results of the current backfill pass (see _earliest).
+        self._clear_cache: dict[tuple[int, float, float, tuple[str, int | None] | None, int], float] = {}
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill
@@ -847,6 +849,7 @@ class Simulator:
         n_hosts = len(hosts.names)
         #: The node space map: per host, planned (start, end) claims of this pass.
         planned: dict[int, list[tuple[float, float]]] = {}
+        self._clear_cache = {}
         steps = _FreeSteps(self, now, res)
         window_end = now + sm.bf_window
         soon = now + self.min_limit
@@ -949,15 +952,26 @@ class Simulator:
         extra = self._reservation_claims(j, now)
         ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
 
+        # Claims only grow within a pass, so (host, time, limit, whose
+        # reservations, claims so far) names a result for the rest of it.
+        cache = self._clear_cache
+        who = (spec.user, j.id if j.resv is not None else None) if extra else None
+
         def clear_from(h: int, t: float) -> float:
+            p, x = planned.get(h), extra.get(h)
+            key = (h, t, limit, who, len(p) if p else 0)
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
+            t0 = t
             # One pass over the claims sorted by start: a claim passed over
             # ends by the t it was checked against, so by every later t too.
-            p, x = planned.get(h), extra.get(h)
             for s0, e0 in (x or () if p is None else p if x is None else sorted(p + x)):
                 if s0 >= t + limit:
                     break
                 if e0 > t:
                     t = e0
+            cache[(h, t0, limit, who, len(p) if p else 0)] = t
             return t
 
         if n == 1:
