@@ -104,6 +104,19 @@ def lost_work(ctx: Context, job: Job) -> float:
     return gpus * max(0.0, ctx.now - since) + gpus * ctx.settings.preemption.restart_cost
 
 
+def preemption_cost(ctx: Context, job: Job) -> float:
+    """GPU-seconds that preempting ``job`` now costs, which victims are chosen by.
+
+    A job that saves on a signal loses no work: its cost is its GPUs held
+    while it saves (its declared grace, the time the beneficiary waits for it
+    too) and the restart. Any other job loses the work since its last
+    checkpoint (:func:`lost_work`)."""
+    ck = ctx.policy(job).checkpoint
+    if ck is None or not ck.signal:
+        return lost_work(ctx, job)
+    return job_gpus(job) * (_grace(ctx, job) + ctx.settings.preemption.restart_cost)
+
+
 def preemptions_last_day(ctx: Context, job_id: int) -> int:
     return sum(1 for t in ctx.intents.preempted_at.get(job_id, ()) if t > ctx.now - DAY)
 
@@ -170,10 +183,13 @@ class _Round:
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
-def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, bool, int]:
-    # An elastic victim (policy/elastic.py) only shrinks: taken first on equal lost work.
+def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, int]:
+    # Cheapest to preempt first; on equal cost the one with less to lose if its
+    # save fails. An elastic victim (policy/elastic.py) only shrinks: taken
+    # first on equal cost.
     return (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
-            lost_work(ctx, job), elastic.node_range(ctx, job) is None, job.job_id)
+            preemption_cost(ctx, job), lost_work(ctx, job),
+            elastic.node_range(ctx, job) is None, job.job_id)
 
 
 def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
@@ -283,18 +299,19 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
     for h, f in avail.items():
         if f < gpn:
             continue
-        cost = 0.0
+        cost = lost = 0.0
         rigid = 0  # victims that would be evicted rather than shrunk (policy/elastic.py)
         got = free.get(h, 0)
         for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
             if got >= gpn:
                 break
             got += _gpus_on(v, h)
-            cost += lost_work(ctx, v)
+            cost += preemption_cost(ctx, v)
+            lost += lost_work(ctx, v)
             rigid += elastic.node_range(ctx, v) is None
-        costs.append((cost, rigid, h not in shape.prefer, h))
+        costs.append((cost, lost, rigid, h not in shape.prefer, h))
     costs.sort()
-    return frozenset(h for _, _, _, h in costs[:shape.nodes])
+    return frozenset(h for *_, h in costs[:shape.nodes])
 
 
 def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],

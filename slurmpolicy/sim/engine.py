@@ -123,6 +123,10 @@ def _roundup(t: float, res: float) -> float:
     return math.ceil(t / res - 1e-9) * res if res > 0 else t
 
 
+#: clear_from's cache key: host, time, limit, whose reservations, claims so far.
+_ClearKey = tuple[int, float, float, tuple[str, int | None] | None, int]
+
+
 def _merged(*lists: list[tuple[float, float]] | None) -> list[tuple[float, float]]:
     """Claims of several sorted lists, in one list sorted by start."""
     present = [c for c in lists if c]
@@ -426,7 +430,7 @@ class Simulator:
         self._resv_version = 0
         self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
         #: clear_from results of the current backfill pass (see _earliest).
-        self._clear_cache: dict[tuple[int, float, float, tuple[str, int | None] | None, int], float] = {}
+        self._clear_cache: dict[_ClearKey, float] = {}
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill

@@ -461,3 +461,18 @@ def test_a_job_slurm_may_not_requeue_is_never_a_victim_and_a_victim_made_so_abor
     out = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 600)
     (fin,) = [a for a in out.actions if isinstance(a, FinishPreemption)]
     assert fin.aborted and "may no longer be requeued (Requeue=0)" in fin.reason
+
+
+def test_the_victim_that_saves_fastest_wins_over_the_one_with_less_to_lose():
+    # Both save on USR1, so neither loses work; the one that needs 20 s to save
+    # frees its GPUs (and lets the beneficiary start) long before the 300 s one,
+    # even though the slow saver checkpointed more recently.
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=d("research", "USR1", grace=20))
+    b.run(102, "r", hosts=[2], ran=7200, admin_comment=d("research", "USR1", grace=300),
+          comment=f"ckpt:{b.now - 60:.0f}")
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.victims == (101,)
+    # What it reports is still the work lost if the save failed.
+    assert start.expected_lost_gpu_seconds == 8 * 7200 + 8 * 300
