@@ -277,7 +277,8 @@ def _write_array(array_dir: str, tasks: Sequence[Any], throttle: int | None,
         return
     d = inert(written.sweep_dir)
     click.echo(f"{written.tasks} replays written to {d}/{array.SWEEP}"
-               + (f" ({written.kept} results already there are kept)" if written.kept else ""))
+               + (f" (kept the {written.kept} result{'s' if written.kept != 1 else ''} "
+                  "already there)" if written.kept else ""))
     if job:
         click.echo(f"submitted array job {job} ({written.tasks} tasks); logs in {d}/logs")
     else:
