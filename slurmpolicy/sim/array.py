@@ -140,13 +140,13 @@ def read_sweep(sweep_dir: Path) -> Sweep:
     except ValueError as exc:
         raise SweepError(f"{path}: not JSON ({exc}); write the sweep again with "
                          "`slurmpolicy simulate ... --array DIR`") from exc
+    if isinstance(data, dict) and data.get("version", VERSION) != VERSION:
+        raise SweepError(f"{path}: sweep version {data['version']!r}; this slurmpolicy reads "
+                         f"version {VERSION}")
     try:
         sweep = msgspec.convert(data, Sweep)
     except msgspec.ValidationError as exc:
         raise SweepError(f"{path}: not a sweep: {exc}") from exc
-    if sweep.version != VERSION:
-        raise SweepError(f"{path}: sweep version {sweep.version}; this slurmpolicy reads "
-                         f"version {VERSION}")
     if [t.id for t in sweep.tasks] != list(range(len(sweep.tasks))) or not sweep.tasks:
         raise SweepError(f"{path}: tasks must be numbered 0 to N-1 in order, N at least 1")
     from slurmpolicy.sim.grid import check
@@ -346,6 +346,16 @@ def _read_result(path: Path, task: Task) -> TaskResult | str:
         return f"{path}: corrupt, status {record.status!r} without figures"
     if record.summary.get("mode") != task.mode:
         return f"{path}: corrupt, figures of mode {record.summary.get('mode')!r}, not {task.mode}"
+    try:  # the figures the report reads, read as the report reads them
+        from slurmpolicy.sim import metrics
+
+        metrics.rows([record.summary])
+        metrics.targets(record.summary, record.summary)
+        for key, spec in (("jobs", ","), ("gpus", ","), ("plan_calls", ","),
+                          ("cpu_seconds", ".1f")):
+            format(record.summary[key], spec)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        return f"{path}: corrupt, its figures do not read ({type(exc).__name__}: {exc})"
     return record
 
 

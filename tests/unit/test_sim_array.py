@@ -259,6 +259,11 @@ def test_gather_names_missing_failed_and_corrupt_tasks(tmp_path: Path,
     (d / "results" / "1.json").write_text((d / "results" / "0.json").read_text())
     got = array.gather(d)
     assert "the result of another grid's task" in got.failed[1]
+    # JSON of the right shape whose figures the report cannot read.
+    record = json.loads((d / "results" / "0.json").read_text())
+    record["summary"] = {"mode": "slurmpolicy", "by_class": {}}
+    (d / "results" / "0.json").write_text(json.dumps(record))
+    assert "corrupt, its figures do not read (KeyError" in array.gather(d).failed[0]
 
 
 def test_a_corrupt_or_foreign_sweep_json_is_named(tmp_path: Path) -> None:
