@@ -307,3 +307,17 @@ def test_strings_in_the_report_are_shown_inert(tmp_path: Path) -> None:
     assert "[bold]a.toml" in text and "b\\x1b[31m.toml" in text
     assert "[red]x\\x1b[2J wait mean" in text
     assert "\x1b[2J" not in console.export_text(styles=True)
+
+
+def test_settings_files_are_a_sweep_axis(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text("")
+    b.write_text("[preemption]\nmin_runtime = 0\n")
+    result = invoke("simulate", "--format", "synthetic", "--trace", "jobs=30", "--hosts", "8",
+                    "--compare", "--sweep-config", str(a), "--sweep-config", str(b), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [g["settings"] for g in data["loads"]] == [str(a), str(b)]
+    text = invoke("simulate", "--format", "synthetic", "--trace", "jobs=30", "--hosts", "8",
+                  "--compare", "--sweep-config", str(a), "--sweep-config", str(b)).output
+    assert "seed 0, settings a.toml" in text and "targets at load x1, settings b.toml" in text
