@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("slurmpolicy.commands.inspect", "why"),
     "top": ("slurmpolicy.commands.inspect", "top"),
     "simulate": ("slurmpolicy.commands.simulate", "simulate"),
+    "simulate-task": ("slurmpolicy.commands.simulate", "simulate_task"),
+    "simulate-gather": ("slurmpolicy.commands.simulate", "simulate_gather"),
     "demo": ("slurmpolicy.commands.demo", "demo"),
     "doctor": ("slurmpolicy.commands.doctor", "doctor"),
 }

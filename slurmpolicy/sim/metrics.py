@@ -258,34 +258,82 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     return out
 
 
-def render_table(summaries: Sequence[dict[str, Any]], title: str = "") -> Any:
-    """A rich Table of the modes side by side, with ratios to the last mode."""
+def cell(text: object) -> Any:
+    """A table cell or title shown as it is: no rich markup, controls escaped
+    (class and mode names come from settings and from result files)."""
+    from rich.text import Text
+
+    from slurmpolicy.inert import inert
+
+    return Text(inert(text))
+
+
+def render_table(summaries: Sequence[dict[str, Any]], title: str = "",
+                 spread: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]] | None = None,
+                 ) -> Any:
+    """A rich Table of the modes side by side, with ratios to the last mode.
+
+    ``spread``: the lowest and highest figures of each mode (across seeds) when
+    ``summaries`` are means; each cell then reads ``mean (low-high)``."""
     from rich.table import Table
 
-    table = Table(title=title or None)
+    table = Table(title=cell(title) if title else None)
     table.add_column("metric")
     for s in summaries:
-        table.add_column(s["mode"], justify="right")
+        table.add_column(cell(s["mode"]), justify="right")
     compare = len(summaries) > 1
     if compare:
         for s in summaries[:-1]:
-            table.add_column(f"{s['mode']} / {summaries[-1]['mode']}", justify="right")
+            table.add_column(cell(f"{s['mode']} / {summaries[-1]['mode']}"), justify="right")
+    lows = {name: vals for name, vals, _ in rows(spread[0])} if spread else {}
+    highs = {name: vals for name, vals, _ in rows(spread[1])} if spread else {}
     for name, vals, ratios in rows(summaries):
-        table.add_row(name, *vals, *(ratios[:-1] if compare else []))
+        if name in lows and name in highs:
+            vals = [v if lo == hi else f"{v} ({lo}-{hi})"
+                    for v, lo, hi in zip(vals, lows[name], highs[name], strict=True)]
+        table.add_row(cell(name), *map(cell, vals), *map(cell, ratios[:-1] if compare else []))
     return table
 
 
 def render_targets(ours: dict[str, Any], base: dict[str, Any], title: str = "") -> Any:
     from rich.table import Table
 
-    table = Table(title=title or f"targets: slurmpolicy vs {base['mode']}")
+    table = Table(title=cell(title or f"targets: slurmpolicy vs {base['mode']}"))
     for col in ("target", "slurmpolicy", base["mode"], "ratio", "met", "gap"):
-        table.add_column(col)
+        table.add_column(cell(col))
     for row in targets(ours, base):
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
-        table.add_row(row["target"], row["slurmpolicy"], row["baseline"], ratio,
-                      "yes" if row["met"] else "NO", row["gap"])
+        table.add_row(*map(cell, (row["target"], row["slurmpolicy"], row["baseline"], ratio,
+                                   "yes" if row["met"] else "NO", row["gap"])))
     return table
+
+
+def aggregate(summaries: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any],
+                                                            dict[str, Any]]:
+    """The mean, lowest and highest of several replays' figures (one mode, several
+    seeds), each shaped as one summary: every number is averaged over the
+    summaries that have it (a class one seed never drew is left out of that
+    seed's share, not counted as zero); anything else is the first one's."""
+    def fold(values: list[Any], how: str) -> Any:
+        present = [v for v in values if v is not None]
+        if not present:
+            return None
+        first = present[0]
+        if isinstance(first, dict):
+            keys = list(dict.fromkeys(k for v in present if isinstance(v, dict) for k in v))
+            return {k: fold([v.get(k) for v in present if isinstance(v, dict)], how)
+                    for k in keys}
+        nums = [v for v in present if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(nums) != len(present) or all(v == first for v in nums):
+            return first  # the same in every seed: kept as it is (a count stays whole)
+        if how == "min":
+            return min(nums)
+        if how == "max":
+            return max(nums)
+        return sum(nums) / len(nums)
+
+    items = list(summaries)
+    return fold(items, "mean"), fold(items, "min"), fold(items, "max")
 
 
 def plot(series: Sequence[Any], summaries: Sequence[dict[str, Any]], out: Path,

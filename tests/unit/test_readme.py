@@ -40,7 +40,8 @@ def test_batch_script_example_passes_the_checker():
 
 @pytest.mark.parametrize("command", ["queue", "nodes", "why", "top", "directives", "ckpt",
                                      "daemon", "plan", "log", "report", "fabric", "plugin",
-                                     "config", "devcluster", "simulate", "demo"])
+                                     "config", "devcluster", "simulate", "simulate-gather",
+                                     "demo"])
 def test_every_command_in_the_table_exists(command):
     from slurmpolicy.cli import cli
 
