@@ -100,6 +100,7 @@ class Doorbell:
         parent = self.path.parent
         if not parent.is_dir():
             parent.mkdir(mode=0o755, parents=True)
+            os.chmod(parent, 0o755)  # mkdir's mode passes through the umask
         if not self.path.exists():
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
