@@ -17,8 +17,10 @@ What it does, inside slurmctld (job_submit/lua):
                     cannot checkpoint out of the partitions that allow it,
                     turning off requeue of a preemptible checkpointable job.
 
-Rules it keeps because it runs in slurmctld: no subprocess, no file or
-network I/O per job, bounded work on any script (at most header_bytes bytes
+Rules it keeps because it runs in slurmctld: no subprocess, no network I/O,
+no file I/O per job but the doorbell (one small write when a job of a class
+that preempts is accepted, so that the daemon looks at once; it never fails
+or delays a submission), bounded work on any script (at most header_bytes bytes
 and header_lines lines are examined, at most directive_lines directive
 lines), and every call is wrapped in pcall so that an error fails only that
 job (with a clear message) and is logged, never every submission.
@@ -57,6 +59,8 @@ local CONFIG = {
   ["crlf_problem"] = "script: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n), as sbatch says; allowed: UNIX line breaks (convert with dos2unix)",
   ["default_class"] = "research",
   ["default_grace"] = 120,
+  ["doorbell"] = "/run/slurmpolicy/doorbell",
+  ["doorbell_classes"] = { "production" },
   ["levels"] = { "nvlink", "leaf", "spine", "any" },
   ["limits"] = {
     ["directive_lines"] = 64,
@@ -858,6 +862,21 @@ local function default_partition(part_list)
   return nil
 end
 
+-- The submit doorbell: a job that may need a preemption to start wakes the
+-- daemon now rather than at its next cycle (it watches the file's mtime). A
+-- best effort only: any failure is at most a debug line, never the job's.
+local function ring_doorbell(job_class)
+  local ok, err = pcall(function()
+    local f = io.open(CONFIG.doorbell, "w")
+    if f == nil then return end
+    f:write(int(os.time()), " ", job_class, "\n")
+    f:close()
+  end)
+  if not ok and slurm.log_debug then
+    pcall(slurm.log_debug, "%s", "slurmpolicy: doorbell not rung: " .. tostring(err))
+  end
+end
+
 local function submit(job_desc, part_list, submit_uid)
   local script = job_desc.script
   if script == nil or script == "" then return slurm.SUCCESS end -- not a batch job
@@ -915,6 +934,10 @@ local function submit(job_desc, part_list, submit_uid)
     -- site_factor at submit (job_mgr.c); the daemon refines it from there.
     local weight = CONFIG.class_weights[result.fields.job_class or CONFIG.default_class]
     if weight and weight > 0 then job_desc.site_factor = weight end
+  end
+  if CONFIG.doorbell ~= "" and contains(CONFIG.doorbell_classes,
+                                        result.fields.job_class or CONFIG.default_class) then
+    ring_doorbell(result.fields.job_class or CONFIG.default_class)
   end
   return slurm.SUCCESS
 end

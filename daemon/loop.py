@@ -20,6 +20,11 @@ One cycle::
 
 Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
 signalled victim awaits its requeue (so an ack is acted on within seconds).
+Between two ok cycles the daemon also looks at the submit doorbell
+(``plugin.doorbell``, :mod:`slurmpolicy.daemon.doorbell`) every
+``daemon.preemption_poll`` seconds: job_submit.lua rings it when it accepts a
+job of a class that preempts, and a ring starts the next cycle at once, but
+never sooner than ``daemon.preemption_poll`` after the last one started.
 
 A failed cycle is one log line naming what failed and the fix, and is
 counted by reason (``slurmpolicy_cycle_failures{reason=...}``). Slurm being
@@ -48,6 +53,7 @@ from typing import Any
 import msgspec
 
 from slurmpolicy import settings as settings_mod
+from slurmpolicy.daemon.doorbell import Doorbell
 from slurmpolicy.daemon.executor import CycleReport, Executor
 from slurmpolicy.daemon.lease import Lease
 from slurmpolicy.daemon.lifecycle import Lifecycle
@@ -200,6 +206,10 @@ class Daemon:
         self._standby_said = ""
         self._lease_said = ""
         self.batch_signals = BatchSignals(client)
+        self.doorbell = Doorbell(settings.plugin.doorbell, settings.daemon.preemption_poll)
+        #: The clock and the wait of ``_sleep`` (tests give fakes).
+        self._monotonic: Callable[[], float] = time.monotonic
+        self._wait: Callable[[float], bool] = self._stop.wait
 
     # -------------------------------------------------------------- signals
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -237,6 +247,8 @@ class Daemon:
                 self.lease = Lease(self.client, self.settings.reservations.name_prefix,
                                    lease_ttl(self.settings), token=self._lease_token(),
                                    user=_user_name())
+            if not self.dry_run:
+                self.doorbell.prepare(slurm_conf_path())
             if self.serve_metrics and self.settings.metrics.enabled:
                 try:
                     self.metrics.serve(self.settings.metrics.bind, self.settings.metrics.port)
@@ -303,7 +315,9 @@ class Daemon:
                 if once:
                     status = 0 if result.result == "ok" else 1
                     break
-                self._sleep(self._delay(result))
+                # The doorbell wakes only a daemon whose last cycle went through:
+                # back-off and standby keep their own pace.
+                self._sleep(self._delay(result), doorbell=result.result == "ok")
             self._release_lease()
             self.notifier.stopping("stopping; in-flight preemptions stay in the journal")
             log.info("slurmpolicy daemon stopped")
@@ -361,19 +375,33 @@ class Daemon:
             log.warning("open victims not read: %s", exc)
             return False
 
-    def _sleep(self, seconds: float) -> None:
-        """Wait, but wake for SIGTERM and keep the watchdog fed."""
-        deadline = time.monotonic() + seconds
+    def _sleep(self, seconds: float, *, doorbell: bool = False) -> bool:
+        """Wait, but wake for SIGTERM and keep the watchdog fed. With ``doorbell``,
+        also look at the submit doorbell every ``preemption_poll`` seconds (never
+        sooner than that after the last cycle started) and return True, early,
+        when it was rung since that cycle started."""
+        now = self._monotonic()
+        deadline = now + seconds
+        bell = self.doorbell if doorbell and self.doorbell.enabled else None
+        look = bell.first_look(now) if bell is not None else float("inf")
         while not self._stop.is_set():
-            left = deadline - time.monotonic()
+            now = self._monotonic()
+            left = deadline - now
             if left <= 0:
-                return
-            step = left
+                return False
+            if bell is not None and now >= look:
+                if bell.rung():
+                    log.debug("doorbell %s rung: next cycle now, %.0fs early", bell.path, left)
+                    self.metrics.doorbell_wakes.inc()
+                    return True
+                look = now + bell.poll
+            step = min(left, look - now)
             wd = self.notifier.watchdog_interval
             if wd:
                 step = min(step, wd / 2)
                 self._feed_watchdog()
-            self._stop.wait(step)
+            self._wait(step)
+        return False
 
     @property
     def healthy(self) -> bool:
@@ -408,6 +436,12 @@ class Daemon:
             if fresh.metrics != self.settings.metrics:
                 log.warning("metrics settings changed; they take effect only on restart")
             self.metrics.settings_accepted()
+            if (fresh.plugin.doorbell, fresh.daemon.preemption_poll) != (
+                    self.settings.plugin.doorbell, self.settings.daemon.preemption_poll):
+                self.doorbell = Doorbell(fresh.plugin.doorbell, fresh.daemon.preemption_poll)
+                if not self.dry_run:
+                    self.doorbell.prepare(slurm_conf_path())
+                self.doorbell.cycle_started(self._monotonic())
             self.settings = fresh
             if self.executor is not None:
                 self.executor.settings = fresh
@@ -480,6 +514,7 @@ class Daemon:
         assert self.client is not None and self.planner is not None
         started = time.monotonic()
         self.cycles += 1
+        self.doorbell.cycle_started(self._monotonic())
         self._feed_watchdog()
         self._maybe_reload_settings()
         try:

@@ -150,6 +150,9 @@ class Metrics:
                                      "Seconds from the checkpoint signal to the victim's "
                                      "acknowledgement, by protocol", ["protocol"],
                                      buckets=ACK_BUCKETS, registry=r)
+        self.doorbell_wakes = Counter("slurmpolicy_doorbell_wakes",
+                                      "Cycles started early by the submit doorbell (a job"
+                                      " of a class that preempts was accepted)", registry=r)
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None

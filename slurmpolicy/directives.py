@@ -58,7 +58,7 @@ from typing import Any
 from slurmpolicy.durations import format_duration, parse_duration
 from slurmpolicy.errors import ConfigError, InvalidDirective
 from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
-from slurmpolicy.settings import Settings
+from slurmpolicy.settings import Settings, doorbell_classes
 
 #: The literal that starts a directive line.
 PREFIX = "#SPOLICY"
@@ -841,6 +841,8 @@ def lua_config(settings: Settings | None = None) -> dict[str, Any]:
         "set_requeue": s.plugin.set_requeue,
         "max_retries": s.lifecycle.max_retries,
         "set_site_factor": s.plugin.set_site_factor,
+        "doorbell": s.plugin.doorbell,
+        "doorbell_classes": doorbell_classes(s),
         "class_weights": {n: c.weight for n, c in s.classes.items()},
         "default_class": s.default_class,
         "limits": {

@@ -223,6 +223,11 @@ class Plugin(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: production job has its standing before the daemon's next cycle (Slurm
     #: lets only the job_submit plugin set ``site_factor`` at submit).
     set_site_factor: bool = True
+    #: The submit doorbell: a file the plugin rewrites when it accepts a job of a
+    #: class that preempts and is never preempted (:func:`doorbell_classes`); the
+    #: daemon, between cycles, looks at its mtime every ``daemon.preemption_poll``
+    #: seconds and runs a cycle early when it changed. An absolute path; "": off.
+    doorbell: str = "/run/slurmpolicy/doorbell"
 
 
 class Lifecycle(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -356,6 +361,7 @@ class Settings(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
                 " - at `$.slurm.adapter`"
             )
         check_bind(self.metrics.bind)
+        check_doorbell(self.plugin.doorbell)
         parts = site_factor_parts(self)
         highest = sum(parts.values())
         if highest > SITE_FACTOR_MAX:
@@ -403,6 +409,28 @@ def check_bind(bind: str) -> None:
             f"metrics.bind {bind!r} is not an IP address; allowed: an IPv4 or IPv6 address"
             " (127.0.0.1, ::1, 0.0.0.0 for every interface) or localhost - at `$.metrics.bind`"
         ) from None
+
+
+def check_doorbell(path: str) -> None:
+    """``plugin.doorbell`` is "" (off) or an absolute path; ValueError otherwise."""
+    if path == "":
+        return
+    if not path.startswith("/") or any(ord(c) < 0x20 or c == "\x7f" for c in path):
+        raise ValueError(
+            f"plugin.doorbell {path!r} is not an absolute path; allowed: an absolute path"
+            " without control characters (/run/slurmpolicy/doorbell), or \"\" to turn the"
+            " doorbell off - at `$.plugin.doorbell`"
+        )
+
+
+def doorbell_classes(s: Settings) -> list[str]:
+    """Classes whose accepted jobs ring the doorbell: never preempted, and ranked
+    above the lowest preemptible class (so they may need a preemption to start)."""
+    ranks = [c.rank for c in s.classes.values() if c.preemptible]
+    if not ranks:
+        return []
+    low = min(ranks)
+    return [name for name, c in s.classes.items() if not c.preemptible and c.rank > low]
 
 
 def site_factor_parts(s: Settings) -> dict[str, int]:

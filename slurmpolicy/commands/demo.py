@@ -80,6 +80,9 @@ default_grace = 30
 [reservations]
 large_job_gpus = 16
 starvation_wait = 15
+
+[plugin]
+doorbell = "{state.parent / 'doorbell'}"  # rung by the cluster's job_submit.lua
 """
 
 

@@ -92,6 +92,8 @@ def write_settings(path: Path, state_dir: Path, **sections: Mapping[str, Any]) -
         "metrics": {"enabled": False},
         "preemption": {"min_runtime": 0, "default_grace": 20},
         "slurm": {"adapter": TEST_ADAPTER},
+        # Beside the state directory, not the system's /run/slurmpolicy.
+        "plugin": {"doorbell": str(state_dir.parent / "doorbell")},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

@@ -33,7 +33,8 @@ def test_live_plan_preempts_lower_class_for_higher(devcluster, tmp_path):
     dc.wait_idle()
     wd = dc.workdir()
     config = tmp_path / "slurmpolicy.toml"
-    config.write_text(f"[preemption]\nmin_runtime = 0\n[daemon]\nstate_dir = '{tmp_path}'\n")
+    config.write_text(f"[preemption]\nmin_runtime = 0\n[daemon]\nstate_dir = '{tmp_path}'\n"
+                      f"[plugin]\ndoorbell = '{tmp_path}/doorbell'\n")
     victims: list[int] = []
     beneficiary = None
     try:

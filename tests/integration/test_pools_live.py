@@ -66,7 +66,8 @@ def site(tmp_path_factory) -> tuple[Path, settings_mod.Settings]:
     d = tmp_path_factory.mktemp("pools")
     path = d / "slurmpolicy.toml"
     path.write_text(POOLS_TOML + f'\n[daemon]\nstate_dir = "{d / "state"}"\n'
-                    '[slurm]\nadapter = "jsoncli"\n')
+                    '[slurm]\nadapter = "jsoncli"\n'
+                    f'[plugin]\ndoorbell = "{d / "doorbell"}"\n')
     return path, settings_mod.load(path)
 
 

@@ -14,6 +14,9 @@ SITE = settings.from_mapping({
     "deferral": {"windows": {"night": {"hours": [0, 1, 2, 3, 4, 5]},
                              "weekend": {"hours": [12], "cost": 0.5}}},
     "preemption": {"no_checkpoint_partitions": ["batch", "debug"]},
+    # A doorbell that cannot be opened: production cases go through the ring, which
+    # must change nothing of the verdicts (test_plugin_lua rings a real one).
+    "plugin": {"doorbell": "/nonexistent/slurmpolicy-test/doorbell"},
 }, "<test site>")
 
 SH = b"#!/bin/bash\n"
