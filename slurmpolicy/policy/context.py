@@ -122,11 +122,17 @@ class Context:
         # Hosts held by a reservation active now, by host.
         self.reserved_now: dict[str, list[Reservation]] = {}
         self.active_reservation_names: set[str] = set()
+        #: Reservations that start later: Slurm starts no job on their nodes
+        #: whose time limit would run into them (unless it is theirs).
+        self.reserved_later: list[Reservation] = []
         for res in snapshot.reservations:
             if res.is_active(now):
                 self.active_reservation_names.add(res.name)
                 for host in res.nodes:
                     self.reserved_now.setdefault(host, []).append(res)
+            elif res.start_time is not None and res.start_time > now and (
+                    res.end_time is None or res.end_time > now):
+                self.reserved_later.append(res)
         self.fairshare = fairshare.compute(
             settings, (j.account for j in self.pending), self.running, self.total_gpus,
             intents.usage, intents.usage_at, now)
@@ -266,14 +272,37 @@ class Context:
             names.add(job.reservation)
         return names
 
+    def reserved_later_for(self, job: Job) -> frozenset[str]:
+        """Names of reservations that start later but before ``job``'s time
+        limit would end, and are not its own: their nodes are not free for it
+        now (Slurm would not start it there)."""
+        if not self.reserved_later:
+            return frozenset()
+        end = self.now + job.time_limit if job.time_limit else math.inf
+        own = self.own_reservations(job)
+        # A MAGNETIC reservation of the job's own user takes the job in.
+        return frozenset(r.name for r in self.reserved_later
+                         if r.start_time is not None and r.start_time < end
+                         and r.name not in own
+                         and not ("MAGNETIC" in r.flags and job.user in r.users))
+
+    def hosts_reserved_later_for(self, job: Job) -> frozenset[str]:
+        """Hosts of :meth:`reserved_later_for`'s reservations."""
+        later = self.reserved_later_for(job)
+        if not later:
+            return frozenset()
+        return frozenset(h for r in self.reserved_later if r.name in later for h in r.nodes)
+
     def _base_free(self, job: Job) -> tuple[tuple[Any, ...], dict[str, int]]:
         gpu_type = self.gpu_type(job)
-        key = ("free", job.partition, gpu_type)
+        later = self.reserved_later_for(job)
+        key = ("free", job.partition, gpu_type, later)
         base = self._free_maps.get(key)
         if base is None:
             base = {}
+            blocked = self.hosts_reserved_later_for(job)
             for h in self.eligible_hosts(job):
-                if h in self.reserved_now:
+                if h in self.reserved_now or h in blocked:
                     continue
                 _, free = self.gpus_of_type(h, gpu_type)
                 if free > 0:

@@ -197,7 +197,8 @@ def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]
     and which active reservations are its own. Jobs with the same key get the
     same answer within a round, so a failed search is not repeated for them."""
     own = ctx.own_reservations(beneficiary) & ctx.active_reservation_names
-    return (ctx.shape_of(beneficiary), beneficiary.partition, rank, frozenset(own))
+    return (ctx.shape_of(beneficiary), beneficiary.partition, rank, frozenset(own),
+            ctx.reserved_later_for(beneficiary))
 
 
 def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
@@ -219,9 +220,12 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     gpn = shape.gpus_per_node
     gpu_type = shape.gpu_type
     own = ctx.own_reservations(beneficiary)
+    # Hosts reserved later, before its time limit would end, are not Slurm's
+    # to give it (nor ours to reserve: reservations may not overlap).
+    later = ctx.hosts_reserved_later_for(beneficiary)
     hosts = []
     for h in ctx.eligible_hosts(beneficiary):
-        if h in state.claimed:
+        if h in state.claimed or h in later:
             continue
         if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
             continue
@@ -400,7 +404,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         # job would start by then anyway on nodes that free up by themselves.
         soon = ctx.now + max([ctx.settings.daemon.interval]
                              + [_grace(ctx, v) for v in victims])
-        natural = forecast(ctx, job, set(state.claimed))
+        natural = forecast(ctx, job, set(state.claimed) | ctx.hosts_reserved_later_for(job))
         if not isinstance(natural, NoPlacement) and natural.start <= soon:
             actions.append(Annotate(job_id=job.job_id, reason=(
                 f"no preemption for job {job.job_id}: it should start within "

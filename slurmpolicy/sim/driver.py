@@ -57,6 +57,7 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
     VictimState,
 )
+from slurmpolicy.settings import doorbell_classes
 from slurmpolicy.sim.engine import SimJob, Simulator
 
 
@@ -102,6 +103,8 @@ class PolicyDriver:
         self.urgent = {n for n, c in classes.items()
                        if low is not None and c.rank > low and not c.preemptible}
         self._new_urgent: set[int] = set()
+        #: Classes whose submission rings the daemon's doorbell (plugin.doorbell).
+        self.rings = set(doorbell_classes(sim.settings))
         #: Signalled victims awaiting their requeue: job id -> (restart count,
         #: signalled at, deadline), epoch seconds as in the intents.
         self.awaiting: dict[int, tuple[int, float, float]] = {}
@@ -110,6 +113,8 @@ class PolicyDriver:
         """A job is submitted: job_submit.lua gives it its class weight as its
         site factor (``plugin.set_site_factor``), so it has its class standing
         before any plan; plan() later sets the full factor from there."""
+        if job.spec.job_class in self.rings and self.sim.settings.plugin.doorbell:
+            self.sim.ring()
         if self.sim.settings.plugin.set_site_factor:
             cls = self.sim.settings.classes.get(job.spec.job_class)
             if cls is not None and cls.weight > 0:

@@ -113,7 +113,7 @@ class SlurmModel:
 
 # Event kinds, in the order they are handled at the same instant.
 (_END, _EXIT, _SAVED, _ARRIVE, _PREEMPT, _RECALC, _DAEMON, _MAIN, _BACKFILL, _SAMPLE,
- _MARK, _POLL) = range(12)
+ _MARK, _POLL, _WAKE) = range(13)
 
 PENDING, RUNNING, DONE = 0, 1, 2
 
@@ -411,6 +411,9 @@ class Simulator:
         self._resort = False
         self._main_at: float | None = None
         self._poll_at: float | None = None
+        #: The daemon's doorbell wake (see :meth:`ring`), and when its last cycle began.
+        self._wake_at: float | None = None
+        self._cycle_at = 0.0
         self._bf_changed = True
         self.running: dict[int, SimJob] = {}
         self.reservations: dict[str, SimReservation] = {}
@@ -488,6 +491,7 @@ class Simulator:
                 self.push(t + self.sample_interval, _SAMPLE)
             elif kind == _DAEMON:
                 assert self.driver is not None
+                self._cycle_at = t
                 if self.changed or self.driver.needs_cycle():
                     self.changed = False
                     self.driver.cycle()
@@ -501,9 +505,20 @@ class Simulator:
                 self._poll_at = None
                 assert self.driver is not None
                 if self.driver.poll_due():
+                    self._cycle_at = t
                     self.changed = False
                     self.driver.cycle()
                 self._schedule_poll(t)
+            elif kind == _WAKE:
+                # The doorbell rang: the daemon's next check saw it and began a
+                # cycle, which plans when the ringing job still waits.
+                self._wake_at = None
+                self._cycle_at = t
+                assert self.driver is not None
+                if self.driver.should_plan():
+                    self.changed = False
+                    self.driver.cycle()
+                    self._schedule_poll(t)
             else:
                 handlers[kind](a, b)
                 if (self._progress is not None and kind == _END
@@ -528,6 +543,20 @@ class Simulator:
                 and poll < self.settings.daemon.interval):
             self._poll_at = t + poll
             self.push(self._poll_at, _POLL)
+
+    def ring(self) -> None:
+        """job_submit.lua rang the daemon's doorbell (``plugin.doorbell``). The
+        daemon looks at it every ``daemon.preemption_poll`` seconds after its
+        last cycle began and starts a cycle at the first look after the ring
+        (daemon/doorbell.py: never sooner than one poll after the last cycle)."""
+        poll = self.settings.daemon.preemption_poll
+        if self.driver is None or poll <= 0:
+            return
+        looks = max(1, math.ceil((self.now - self._cycle_at) / poll - 1e-9))
+        t = self._cycle_at + looks * poll
+        if self._wake_at is None or t < self._wake_at:
+            self._wake_at = t
+            self.push(t, _WAKE)
 
     def kick(self, delay: float = 0.0) -> None:
         """Ask for a main scheduler pass (coalesced), as Slurm does on job events."""

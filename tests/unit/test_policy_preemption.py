@@ -476,3 +476,22 @@ def test_the_victim_that_saves_fastest_wins_over_the_one_with_less_to_lose():
     assert start.victims == (101,)
     # What it reports is still the work lost if the save failed.
     assert start.expected_lost_gpu_seconds == 8 * 7200 + 8 * 300
+
+
+def test_a_free_host_reserved_later_is_not_free_for_a_job_that_would_run_into_it():
+    # Host 2 is free, but a reservation (someone else's) starts on it in an
+    # hour: Slurm will not start a 4-hour job there, so the production job
+    # needs a preemption on host 1 and must not be told it "fits".
+    from slurmpolicy.model import Reservation
+
+    b = ClusterBuilder(hosts=2, hosts_per_leaf=2)
+    b.run(101, "r", hosts=[1], ran=7200, admin_comment=d("research", "USR1"))
+    b.reservations.append(Reservation(
+        name="maint", nodes=(b.host(2),), start_time=b.now + 3600,
+        end_time=b.now + 7200, flags=frozenset({"MAINT"})))
+    b.pend(1, "p", admin_comment=PROD, time_limit=4 * 3600.0)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.victims == (101,) and start.nodes == (b.host(1),)
+    # A job short enough to end before the reservation starts fits on host 2.
+    b.replace_job(1, time_limit=1800.0)
+    assert not starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
