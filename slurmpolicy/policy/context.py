@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
-from slurmpolicy.model import Job, Node, Reservation, Snapshot
+from slurmpolicy.model import Job, JobState, Node, Reservation, Snapshot
 from slurmpolicy.policy import fairshare
 from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
 from slurmpolicy.policy.classes import JobClass, resolve_class
@@ -64,21 +64,75 @@ def job_gpus(job: Job) -> int:
     return job.gpus if job.gpus > 0 else job.gpus_per_node * job.node_count
 
 
+class PlanCache:
+    """What one ``plan()`` may hand the next: values derived from immutable
+    records alone, so that a caller planning again and again over mostly the
+    same jobs (the daemon's loop, the simulator) does not derive them anew.
+
+    Every entry is keyed by what it derives from: a job's directives and class
+    by the Job record itself (held, compared by identity: a changed job is a
+    new record), a node's GPU counts by its Node record, parsed directives by
+    their text; all of it for one Settings object (another empties it). So a
+    cache can never answer for inputs it did not see, whoever passes it.
+    Nothing time- or intents-dependent is kept.
+    """
+
+    __slots__ = (
+        "class_by_key",
+        "jobs",
+        "learned",
+        "nodes",
+        "partitions",
+        "policy_by_text",
+        "settings",
+    )
+
+    def __init__(self) -> None:
+        self.settings: Settings | None = None
+        #: job id -> (the Job record, its JobPolicy, its JobClass)
+        self.jobs: dict[int, tuple[Job, JobPolicy, JobClass]] = {}
+        #: node name -> (the Node record, GPUs, GPUs allocated, whole GPUs free)
+        self.nodes: dict[str, tuple[Node, int, int, int]] = {}
+        self.policy_by_text: dict[str, JobPolicy] = {}
+        self.learned: dict[tuple[str, str, str], JobPolicy] = {}
+        self.class_by_key: dict[tuple[str | None, str], JobClass] = {}
+        self.partitions: dict[str, list[str]] = {}
+
+    def bind(self, settings: Settings, jobs: int, nodes: int) -> None:
+        """Use the cache for a plan under ``settings`` over so many jobs and nodes:
+        everything goes when the settings changed, stale entries when it grew."""
+        if settings is not self.settings:
+            self.settings = settings
+            self.jobs.clear()
+            self.class_by_key.clear()
+            self.nodes.clear()
+        if len(self.jobs) > 2 * jobs + 1000:
+            self.jobs.clear()
+        if len(self.nodes) > 2 * nodes + 1000:
+            self.nodes.clear()
+        for text_cache in (self.policy_by_text, self.learned, self.partitions):
+            if len(text_cache) > 10_000:
+                text_cache.clear()
+
+
 class Context:
     """Indexes over one snapshot; every method is pure and cached."""
 
     def __init__(self, snapshot: Snapshot, fabric: Fabric, settings: Settings,
-                 intents: Intents, now: float) -> None:
+                 intents: Intents, now: float, cache: PlanCache | None = None) -> None:
         self.snapshot = snapshot
         self.fabric = fabric
         self.settings = settings
         self.intents = intents
         self.now = now
         self.prefix = settings.reservations.name_prefix
-        self._policy_by_text: dict[str, JobPolicy] = {}
-        self._learned: dict[tuple[str, str, str], JobPolicy] = {}
-        self._class_cache: dict[tuple[str | None, str], JobClass] = {}
-        self._class_by_text: dict[tuple[str, str], JobClass] = {}
+        if cache is None:
+            cache = PlanCache()
+        cache.bind(settings, len(snapshot.jobs), len(snapshot.nodes))
+        self._jobs_info = cache.jobs
+        self._policy_by_text = cache.policy_by_text
+        self._learned = cache.learned
+        self._class_cache = cache.class_by_key
         #: why_not_victim answers, by (victim, beneficiary rank): the same for
         #: every beneficiary of one plan.
         self.victim_answers: dict[tuple[int, int | None], str | None] = {}
@@ -87,29 +141,56 @@ class Context:
         self.by_id: dict[int, Job] = {}
         self.pending_by_partition: dict[str, list[Job]] = {}
         self.running_by_host: dict[str, list[Job]] = {}
+        by_id = self.by_id
+        pending, running = self.pending, self.running
+        pending_by_partition, running_by_host = self.pending_by_partition, self.running_by_host
+        parts_of = cache.partitions
+        PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
         for job in snapshot.jobs:
-            self.by_id[job.job_id] = job
-            if job.is_pending:
-                self.pending.append(job)
-                for part in self.partitions_of(job):
-                    self.pending_by_partition.setdefault(part, []).append(job)
-            elif job.is_running:
-                self.running.append(job)
+            by_id[job.job_id] = job
+            state = job.state
+            if state is PENDING:
+                pending.append(job)
+                parts = parts_of.get(job.partition)
+                if parts is None:
+                    parts = parts_of[job.partition] = self.partitions_of(job)
+                for part in parts:
+                    hit = pending_by_partition.get(part)
+                    if hit is None:
+                        pending_by_partition[part] = [job]
+                    else:
+                        hit.append(job)
+            elif state is RUNNING:
+                running.append(job)
                 for host in job.nodes:
-                    self.running_by_host.setdefault(host, []).append(job)
+                    hit = running_by_host.get(host)
+                    if hit is None:
+                        running_by_host[host] = [job]
+                    else:
+                        hit.append(job)
         self.nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
+        # Per node: (GPUs, allocated, whole GPUs free), kept across plans per Node record.
+        counts: dict[str, tuple[int, int, int]] = {}
+        known = cache.nodes
         fabric_hosts = set(fabric.hosts)
-        self.gpu_hosts: list[str] = sorted(
-            n.name for n in snapshot.nodes if n.gpus > 0 and n.name in fabric_hosts)
-        self.total_gpus = sum(self.nodes[h].gpus for h in self.gpu_hosts)
-        self.used_gpus = sum(min(self.nodes[h].gpus_alloc, self.nodes[h].gpus)
-                             for h in self.gpu_hosts)
-        self.free: dict[str, int] = {h: self.nodes[h].gpus_free for h in self.gpu_hosts}
-        # GPU slices (MIG instances) are not whole GPUs: whole-GPU shapes never count them.
-        for h in self.gpu_hosts:
-            if self.nodes[h].gpus_by_type and any(is_slice_type(t)
-                                                  for t in self.nodes[h].gpus_by_type):
-                self.free[h] = node_free(self.nodes[h])[0]
+        gpu_hosts = []
+        for n in snapshot.nodes:
+            entry = known.get(n.name)
+            if entry is None or entry[0] is not n:
+                free = n.gpus_free
+                # GPU slices (MIG instances) are not whole GPUs: whole-GPU shapes
+                # never count them.
+                if n.gpus_by_type and any(is_slice_type(t) for t in n.gpus_by_type):
+                    free = node_free(n)[0]
+                entry = known[n.name] = (n, n.gpus, n.gpus_alloc, free)
+            counts[n.name] = entry[1:]
+            if entry[1] > 0 and n.name in fabric_hosts:
+                gpu_hosts.append(n.name)
+        gpu_hosts.sort()
+        self.gpu_hosts: list[str] = gpu_hosts
+        self.total_gpus = sum(counts[h][0] for h in self.gpu_hosts)
+        self.used_gpus = sum(min(counts[h][1], counts[h][0]) for h in self.gpu_hosts)
+        self.free: dict[str, int] = {h: counts[h][2] for h in self.gpu_hosts}
         self._partition_hosts: dict[str, tuple[str, ...]] = {}
         for partition in snapshot.partitions:
             self._partition_hosts[partition.name] = tuple(partition.nodes)
@@ -162,6 +243,14 @@ class Context:
     def policy(self, job: Job) -> JobPolicy:
         """The job's directives, with the checkpoint protocol learned from its own
         ``--signal`` and ``--requeue`` where it declared none (slurmpolicy.protocol)."""
+        info = self._jobs_info.get(job.job_id)
+        if info is not None and info[0] is job:
+            return info[1]
+        policy = self._policy(job)
+        self._jobs_info[job.job_id] = (job, policy, self._job_class(job, policy))
+        return policy
+
+    def _policy(self, job: Job) -> JobPolicy:
         text = job.admin_comment
         hit = self._policy_by_text.get(text)
         if hit is None:
@@ -176,17 +265,18 @@ class Context:
         return hit
 
     def job_class(self, job: Job) -> JobClass:
-        # Keyed by the text it derives from: called for every job many times a plan.
-        key = (job.admin_comment, job.account)
-        hit = self._class_by_text.get(key)
+        # Kept per Job record (see PlanCache): called for every job many times a plan.
+        info = self._jobs_info.get(job.job_id)
+        if info is not None and info[0] is job:
+            return info[2]
+        self.policy(job)
+        return self._jobs_info[job.job_id][2]
+
+    def _job_class(self, job: Job, policy: JobPolicy) -> JobClass:
+        ckey = (policy.job_class, job.account)
+        hit = self._class_cache.get(ckey)
         if hit is None:
-            policy = self.policy(job)
-            ckey = (policy.job_class, job.account)
-            hit = self._class_cache.get(ckey)
-            if hit is None:
-                hit = self._class_cache[ckey] = resolve_class(self.settings, policy,
-                                                              job.account)
-            self._class_by_text[key] = hit
+            hit = self._class_cache[ckey] = resolve_class(self.settings, policy, job.account)
         return hit
 
     def can_checkpoint(self, job: Job) -> bool:

@@ -39,7 +39,7 @@ from slurmpolicy.policy.actions import (
     VictimIntent,
     VictimState,
 )
-from slurmpolicy.policy.context import Context
+from slurmpolicy.policy.context import Context, PlanCache
 from slurmpolicy.settings import Settings
 
 if TYPE_CHECKING:
@@ -47,9 +47,13 @@ if TYPE_CHECKING:
 
 
 def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
-         now: float) -> Plan:
-    """What slurmpolicy would do now; every action carries its reason."""
-    ctx = Context(snapshot, fabric, settings, intents, now)
+         now: float, cache: PlanCache | None = None) -> Plan:
+    """What slurmpolicy would do now; every action carries its reason.
+
+    ``cache`` (optional) carries what one plan derived from immutable records
+    to the next (see :class:`PlanCache`); the Plan is the same without it.
+    """
+    ctx = Context(snapshot, fabric, settings, intents, now, cache)
     prio = priority.compute(ctx)
     actions: list[Action] = []
     actions.extend(preemption.advance_all(ctx))

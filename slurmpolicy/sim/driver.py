@@ -81,7 +81,10 @@ class PolicyDriver:
                 "the slurmpolicy mode needs slurmpolicy.policy.plan(), which this build lacks;"
                 " use --mode slurm-grace or slurm-requeue") from exc
         from slurmpolicy.policy import apply_to_intents
+        from slurmpolicy.policy.context import PlanCache
         self.sim = sim
+        #: What one plan() hands the next (derived from unchanged records only).
+        self.plan_cache = PlanCache()
         self.plan_fn = plan
         self.apply_fn = apply_to_intents
         self.refresh = refresh
@@ -168,7 +171,8 @@ class PolicyDriver:
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
         intents = replace(self.intents, usage=usage, usage_at=now)
-        plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now)
+        plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
+                            cache=self.plan_cache)
         sim.plan_calls += 1
         self.last_plan = sim.now
         self._new_urgent.clear()
