@@ -64,6 +64,32 @@ def job_gpus(job: Job) -> int:
     return job.gpus if job.gpus > 0 else job.gpus_per_node * job.node_count
 
 
+class JobInfo:
+    """What one Job record and the Settings determine, whatever the time: kept
+    across plans in a :class:`PlanCache` for as long as the record is unchanged."""
+
+    __slots__ = ("blocked", "can_checkpoint", "job", "job_class", "policy", "quota",
+                 "site_base")
+
+    def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
+                 settings: Settings) -> None:
+        self.job = job
+        self.policy = policy
+        self.job_class = job_class
+        self.can_checkpoint = policy.can_checkpoint
+        #: Class weight less the no-checkpoint penalty: the part of the site
+        #: factor that does not move with time or fair share.
+        self.site_base = job_class.weight - (
+            settings.priority.no_checkpoint_penalty if not self.can_checkpoint else 0)
+        # blocked_by_slurm's answer where it does not depend on the time ("" when it
+        # does: then a future begin time says "deferred", else ``quota`` answers).
+        reason = job.reason or ""
+        self.blocked = ("held" if job.is_held else
+                        "dependency" if reason in DEPENDENCY_REASONS else
+                        "deferred" if reason == "BeginTime" else "")
+        self.quota = "quota" if reason.startswith(QUOTA_PREFIXES) else ""
+
+
 class PlanCache:
     """What one ``plan()`` may hand the next: values derived from immutable
     records alone, so that a caller planning again and again over mostly the
@@ -89,8 +115,8 @@ class PlanCache:
 
     def __init__(self) -> None:
         self.settings: Settings | None = None
-        #: job id -> (the Job record, its JobPolicy, its JobClass)
-        self.jobs: dict[int, tuple[Job, JobPolicy, JobClass]] = {}
+        #: job id -> what its current Job record determines
+        self.jobs: dict[int, JobInfo] = {}
         #: node name -> (the Node record, GPUs, GPUs allocated, whole GPUs free)
         self.nodes: dict[str, tuple[Node, int, int, int]] = {}
         self.policy_by_text: dict[str, JobPolicy] = {}
@@ -244,11 +270,18 @@ class Context:
         """The job's directives, with the checkpoint protocol learned from its own
         ``--signal`` and ``--requeue`` where it declared none (slurmpolicy.protocol)."""
         info = self._jobs_info.get(job.job_id)
-        if info is not None and info[0] is job:
-            return info[1]
-        policy = self._policy(job)
-        self._jobs_info[job.job_id] = (job, policy, self._job_class(job, policy))
-        return policy
+        if info is None or info.job is not job:
+            info = self.info(job)
+        return info.policy
+
+    def info(self, job: Job) -> JobInfo:
+        """What the job's record determines (its directives, class, ...), cached."""
+        info = self._jobs_info.get(job.job_id)
+        if info is None or info.job is not job:
+            policy = self._policy(job)
+            info = self._jobs_info[job.job_id] = JobInfo(
+                job, policy, self._job_class(job, policy), self.settings)
+        return info
 
     def _policy(self, job: Job) -> JobPolicy:
         text = job.admin_comment
@@ -267,10 +300,9 @@ class Context:
     def job_class(self, job: Job) -> JobClass:
         # Kept per Job record (see PlanCache): called for every job many times a plan.
         info = self._jobs_info.get(job.job_id)
-        if info is not None and info[0] is job:
-            return info[2]
-        self.policy(job)
-        return self._jobs_info[job.job_id][2]
+        if info is None or info.job is not job:
+            info = self.info(job)
+        return info.job_class
 
     def _job_class(self, job: Job, policy: JobPolicy) -> JobClass:
         ckey = (policy.job_class, job.account)
@@ -596,17 +628,16 @@ class Context:
         return max(0.0, self.now - since) if since is not None else 0.0
 
     def blocked_by_slurm(self, job: Job) -> str:
-        """The category of a reason that is not about resources ("" when none)."""
-        reason = job.reason or ""
-        if job.is_held:
-            return "held"
-        if reason in DEPENDENCY_REASONS:
-            return "dependency"
-        if reason == "BeginTime" or (job.begin_time is not None and job.begin_time > self.now):
+        """The category of a reason that is not about resources ("" when none):
+        held, dependency, deferred (BeginTime, or a begin time still ahead), quota."""
+        info = self._jobs_info.get(job.job_id)
+        if info is None or info.job is not job:
+            info = self.info(job)
+        if info.blocked:
+            return info.blocked
+        if job.begin_time is not None and job.begin_time > self.now:
             return "deferred"
-        if reason.startswith(QUOTA_PREFIXES):
-            return "quota"
-        return ""
+        return info.quota
 
     # --- data locality ----------------------------------------------------------
     def data_hosts(self, name: str) -> frozenset[str]:

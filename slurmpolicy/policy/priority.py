@@ -79,12 +79,27 @@ def compute(ctx: Context) -> PriorityResult:
     site: dict[int, int] = {}
     effective: dict[int, int] = {}
     fragmented: dict[int, bool] = {}
+    blocked: dict[int, str] = {}
     points = ctx.fairshare.points_by_account()
+    # factors(), unrolled: the same sums over the same values, once per pending job.
+    s = ctx.settings
+    max_age = s.aging.max_age
+    per_hour = s.aging.points_per_hour
+    bonus_per_hour = s.aging.fragmentation_bonus_per_hour
+    now = ctx.now
+    info_of = ctx.info
     # Thousands of pending jobs, a few dozen shapes: answer each shape once
     # (jobs with a reservation of their own are asked one by one).
     frag_by_shape: dict[tuple[object, ...], bool] = {}
     for job in ctx.pending:
-        if ctx.blocked_by_slurm(job):
+        job_id = job.job_id
+        info = info_of(job)
+        why = info.blocked
+        if not why:
+            why = ("deferred" if job.begin_time is not None and job.begin_time > now
+                   else info.quota)
+        blocked[job_id] = why
+        if why:
             frag = False
         elif ctx.has_own_active_reservation(job):
             frag = ctx.fragmentation_blocked(job)
@@ -95,17 +110,23 @@ def compute(ctx: Context) -> PriorityResult:
             if hit is None:
                 hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
             frag = hit
-        value = factors(ctx, job, frag, points.get(job.account, 0)).total
-        site[job.job_id] = value
-        fragmented[job.job_id] = frag
+        since = job.eligible_time or job.submit_time
+        wait = (now - since if now - since > 0.0 else 0.0) if since is not None else 0.0
+        wait_hours = (wait if wait < max_age else max_age) / 3600.0
+        value = (info.site_base + points.get(job.account, 0) + round(wait_hours * per_hour)
+                 + (round(wait_hours * bonus_per_hour) if frag else 0))
+        if value < 0:
+            value = 0
+        site[job_id] = value
+        fragmented[job_id] = frag
         # Slurm's priority already contains the site factor it holds now.
-        effective[job.job_id] = job.priority - job.site_factor + value
+        effective[job_id] = job.priority - job.site_factor + value
     order: dict[str, list[Job]] = {}
     heads: dict[str, int] = {}
     for part, jobs in ctx.pending_by_partition.items():
         order[part] = sorted(jobs, key=lambda j: (-effective[j.job_id],
                                                   j.submit_time or 0.0, j.job_id))
-        head = next((j for j in order[part] if not ctx.blocked_by_slurm(j)), None)
+        head = next((j for j in order[part] if not blocked[j.job_id]), None)
         if head is not None:
             heads[part] = head.job_id
     return PriorityResult(site, effective, fragmented, order, heads)
