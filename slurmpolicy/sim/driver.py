@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any
 
 from slurmpolicy.errors import ConfigError
@@ -274,6 +275,11 @@ class PolicyDriver:
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
             return hit[1]
+        return self._new_job(j, stamp, ack)
+
+    def _new_job(self, j: SimJob, stamp: tuple[Any, ...], ack: float | None) -> Job:
+        """The Job record of ``j`` as the adapters would read it (``stamp``: what
+        it depends on, kept with it; ``ack``: its latest checkpoint ack)."""
         spec = j.spec
         running = j.state == 1
         hosts = self.sim.hosts
@@ -305,13 +311,19 @@ class PolicyDriver:
     def snapshot(self, now: float) -> Snapshot:
         sim = self.sim
         jobs: list[Job] = []
+        by_id = sim.by_id
+        known = self._jobs
         for key in sim.queue:
-            j = sim.by_id[key[-1]]
+            j = by_id[key[-1]]
             if j.state == 0 and j.key is key:
-                jobs.append(self._job(j, now))
+                # _job() for a pending job (its ack does not move while it waits).
+                stamp = (0, j.ver, j.restarts, j.site_factor, j.ack, j.begin_time, j.resv)
+                hit = known.get(j.id)
+                jobs.append(hit[1] if hit is not None and hit[0] == stamp
+                            else self._new_job(j, stamp, j.ack))
         for j in sim.running.values():
             jobs.append(self._job(j, now))
-        jobs.sort(key=lambda x: x.job_id)
+        jobs.sort(key=_job_id)
         alive = {x.job_id for x in jobs}
         if len(self._jobs) > 2 * len(alive) + 1000:
             self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
@@ -342,6 +354,9 @@ class PolicyDriver:
         return Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
                         cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),
                         partitions=(self.partition,), reservations=reservations)
+
+
+_job_id = attrgetter("job_id")
 
 
 def _fabric_of(sim: Simulator) -> Any:
