@@ -162,6 +162,8 @@ class Context:
         #: why_not_victim answers, by (victim, beneficiary rank): the same for
         #: every beneficiary of one plan.
         self.victim_answers: dict[tuple[int, int | None], str | None] = {}
+        #: preemption's victim order keys, by job id (they read the job, now, the intents).
+        self.victim_keys: dict[int, tuple[bool, bool, float, float, bool, int]] = {}
         self.pending: list[Job] = []
         self.running: list[Job] = []
         self.by_id: dict[int, Job] = {}

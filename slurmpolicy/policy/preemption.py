@@ -187,9 +187,15 @@ def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, i
     # Cheapest to preempt first; on equal cost the one with less to lose if its
     # save fails. An elastic victim (policy/elastic.py) only shrinks: taken
     # first on equal cost.
-    return (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
-            preemption_cost(ctx, job), lost_work(ctx, job),
-            elastic.node_range(ctx, job) is None, job.job_id)
+    # The same all plan long (it reads the job, the time and the missed acks): kept.
+    key = ctx.victim_keys.get(job.job_id)
+    if key is None or ctx.by_id.get(job.job_id) is not job:
+        key = (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
+               preemption_cost(ctx, job), lost_work(ctx, job),
+               elastic.node_range(ctx, job) is None, job.job_id)
+        if ctx.by_id.get(job.job_id) is job:
+            ctx.victim_keys[job.job_id] = key
+    return key
 
 
 def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:
@@ -214,6 +220,36 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     return result
 
 
+def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
+                      refusals: dict[str, list[str]] | None) -> dict[int, Job]:
+    """Running jobs on ``hosts`` that a job of ``rank`` may preempt, by id, in host
+    order; with ``refusals``, why each other one may not (once per host it is on)."""
+    eligible: dict[int, Job] = {}
+    taken = state.taken
+    allocated = state.allocated
+    guaranteed = ctx.fairshare.guaranteed_gpus
+    answers = ctx.victim_answers
+    running_by_host = ctx.running_by_host
+    for h in hosts:
+        for victim in running_by_host.get(h, ()):
+            job_id = victim.job_id
+            if job_id in eligible or job_id in taken:
+                continue
+            key = (job_id, rank)
+            why = answers[key] if key in answers else why_not_victim(ctx, victim, rank)
+            if why is None and (allocated.get(victim.account, 0) - job_gpus(victim)
+                                < guaranteed(victim.account) - 1e-9):
+                if refusals is None:
+                    continue
+                why = (f"its account {victim.account} would fall below its guaranteed share "
+                       f"({guaranteed(victim.account):.0f} GPUs)")
+            if why is None:
+                eligible[job_id] = victim
+            elif refusals is not None:
+                refusals.setdefault(why.split(" (")[0], []).append(why)
+    return eligible
+
+
 def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             ) -> tuple[tuple[str, ...], list[Job]] | str:
     shape = ctx.shape_of(beneficiary)
@@ -231,22 +267,11 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             continue
         hosts.append(h)
     free = {h: ctx.gpus_of_type(h, gpu_type)[1] for h in hosts}
-    eligible: dict[int, Job] = {}
-    refusals: dict[str, list[str]] = {}
-    for h in hosts:
-        for victim in ctx.running_by_host.get(h, ()):
-            if victim.job_id in eligible or victim.job_id in state.taken:
-                continue
-            why = why_not_victim(ctx, victim, rank)
-            if why is None and (state.allocated.get(victim.account, 0) - job_gpus(victim)
-                                < ctx.fairshare.guaranteed_gpus(victim.account) - 1e-9):
-                why = (f"its account {victim.account} would fall below its guaranteed share "
-                       f"({ctx.fairshare.guaranteed_gpus(victim.account):.0f} GPUs)")
-            if why is None:
-                eligible[victim.job_id] = victim
-            else:
-                refusals.setdefault(why.split(" (")[0], []).append(why)
+    eligible = _eligible_victims(ctx, hosts, rank, state, None)
     if not eligible:
+        # The refusals are worded only when they are the answer (the same walk again).
+        refusals: dict[str, list[str]] = {}
+        _eligible_victims(ctx, hosts, rank, state, refusals)
         detail = "; ".join(f"{len(w)} job(s): {w[0]}" for _, w in sorted(refusals.items())[:3])
         return "no running job may be preempted for it" + (f" ({detail})" if detail else "")
     tiers = [
@@ -353,24 +378,31 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     if not s.enabled or low is None:
         return []
     # Only classes above some running preemptible job can ever find a victim.
-    classes = [ctx.job_class(j) for j in ctx.running]
-    running_ranks = [c.rank for c in classes if c.spec.preemptible]
-    if not running_ranks:
+    info = ctx.info
+    lowest_running: int | None = None
+    for j in ctx.running:
+        c = info(j).job_class
+        if c.spec.preemptible and (lowest_running is None or c.rank < lowest_running):
+            lowest_running = c.rank
+    if lowest_running is None:
         return []
-    low = max(low, min(running_ranks))
+    low = max(low, lowest_running)
     candidates = []
+    rank_of: dict[int, int] = {}
     for job in ctx.pending:
-        cls = ctx.job_class(job)
-        if cls.rank <= low or job_gpus(job) <= 0:
+        job_info = info(job)
+        rank = job_info.job_class.rank
+        if rank <= low or job_gpus(job) <= 0:
             continue
         if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
             continue
         if job.reservation:
             continue  # it runs only inside the reservation it asked for
-        if ctx.policy(job).defer_window and job.begin_time and job.begin_time > ctx.now:
+        if job_info.policy.defer_window and job.begin_time and job.begin_time > ctx.now:
             continue
         candidates.append(job)
-    candidates.sort(key=lambda j: (-ctx.job_class(j).rank, -prio.effective[j.job_id],
+        rank_of[job.job_id] = rank
+    candidates.sort(key=lambda j: (-rank_of[j.job_id], -prio.effective[j.job_id],
                                    j.submit_time or 0.0, j.job_id))
     allocated: dict[str, float] = dict(ctx.fairshare.allocated)
     for victim_id in ctx.victims_in_flight:
