@@ -251,6 +251,7 @@ class Context:
         self._fit_tables: dict[tuple[Any, ...], dict[int, int]] = {}
         self._data_hosts: dict[str, frozenset[str]] | None = None
         self._gpus_of_type: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._gpu_counts: dict[str | None, dict[str, tuple[int, int]]] = {}
         self._free_totals: dict[tuple[Any, ...], int] = {}
         self._fits: dict[tuple[Any, ...], bool] = {}
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
@@ -371,6 +372,15 @@ class Context:
                 hit = (total, free)
             self._gpus_of_type[key] = hit
         return hit
+
+    def gpu_counts(self, gpu_type: str | None) -> dict[str, tuple[int, int]]:
+        """gpus_of_type() of every GPU host, by host."""
+        table = self._gpu_counts.get(gpu_type)
+        if table is None:
+            of = self.gpus_of_type
+            table = self._gpu_counts[gpu_type] = {h: of(h, gpu_type) for h in self.free
+                                                  if h in self.nodes}
+        return table
 
     def eligible_hosts(self, job: Job) -> list[str]:
         """GPU hosts of the job's partitions whose GPUs match its type."""

@@ -260,13 +260,16 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     # to give it (nor ours to reserve: reservations may not overlap).
     later = ctx.hosts_reserved_later_for(beneficiary)
     hosts = []
+    reserved_now = ctx.reserved_now
     for h in ctx.eligible_hosts(beneficiary):
         if h in state.claimed or h in later:
             continue
-        if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
+        held = reserved_now.get(h)
+        if held and any(r.name not in own for r in held):
             continue
         hosts.append(h)
-    free = {h: ctx.gpus_of_type(h, gpu_type)[1] for h in hosts}
+    counts = ctx.gpu_counts(gpu_type)
+    free = {h: counts[h][1] for h in hosts}
     eligible = _eligible_victims(ctx, hosts, rank, state, None)
     if not eligible:
         # The refusals are worded only when they are the answer (the same walk again).

@@ -107,12 +107,15 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
     gpu_type = shape.gpu_type
     free: dict[str, int] = {}
     total_of: dict[str, int] = {}
+    counts = ctx.gpu_counts(gpu_type)
+    reserved_now = ctx.reserved_now
     for h in ctx.eligible_hosts(job):
         if h in blocked:
             continue
-        if any(r.name not in own for r in ctx.reserved_now.get(h, ())):
+        held = reserved_now.get(h)
+        if held and any(r.name not in own for r in held):
             continue
-        total_of[h], free[h] = ctx.gpus_of_type(h, gpu_type)
+        total_of[h], free[h] = counts[h]
     events = [e for e in ctx.release_events(job) if e[2] in free]
     gpn = max(1, shape.gpus_per_node)
     level = shape.level if shape.strict else Level.CLUSTER
