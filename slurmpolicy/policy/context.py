@@ -384,19 +384,22 @@ class Context:
 
     def eligible_hosts(self, job: Job) -> list[str]:
         """GPU hosts of the job's partitions whose GPUs match its type."""
+        return list(self.eligible_map(job))
+
+    def eligible_map(self, job: Job) -> dict[str, int]:
+        """eligible_hosts() with each host's GPUs of the job's type, in that order."""
         gpu_type = self.gpu_type(job)
         key = ("eligible", job.partition, gpu_type)
         hit = self._free_maps.get(key)
         if hit is None:
-            nodes = self.nodes
+            counts = self.gpu_counts(gpu_type)  # the hosts in nodes and in free
             hit = {}
             for h in self.hosts_of_partitions(job.partition):
-                if h in nodes and h in self.free:
-                    total, _ = self.gpus_of_type(h, gpu_type)
-                    if total > 0:
-                        hit[h] = total
+                count = counts.get(h)
+                if count is not None and count[0] > 0:
+                    hit[h] = count[0]
             self._free_maps[key] = hit
-        return list(hit)
+        return hit
 
     def own_reservations(self, job: Job) -> set[str]:
         """Reservations whose hosts the job may use: our starvation reservation
@@ -434,11 +437,13 @@ class Context:
         base = self._free_maps.get(key)
         if base is None:
             base = {}
+            counts = self.gpu_counts(gpu_type)
+            reserved_now = self.reserved_now
             blocked = self.hosts_reserved_later_for(job)
-            for h in self.eligible_hosts(job):
-                if h in self.reserved_now or h in blocked:
+            for h in self.eligible_map(job):
+                if h in reserved_now or h in blocked:
                     continue
-                _, free = self.gpus_of_type(h, gpu_type)
+                free = counts[h][1]
                 if free > 0:
                     base[h] = free
             self._free_maps[key] = base
@@ -458,7 +463,7 @@ class Context:
         if not self.has_own_active_reservation(job):
             return base
         gpu_type = self.gpu_type(job)
-        eligible = set(self.eligible_hosts(job))
+        eligible = self.eligible_map(job)
         extra = {h: self.gpus_of_type(h, gpu_type)[1]
                  for res_name in self.own_reservations(job)
                  if (res := self.snapshot.reservation(res_name)) and res.is_active(self.now)
@@ -571,7 +576,7 @@ class Context:
         if hit is not None:
             return hit
         events: list[tuple[float, int, str, int]] = []
-        for h in self.eligible_hosts(job):
+        for h in self.eligible_map(job):
             if not self.nodes[h].schedulable:
                 continue
             for running in self.running_by_host.get(h, ()):

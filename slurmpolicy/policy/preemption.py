@@ -261,7 +261,7 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     later = ctx.hosts_reserved_later_for(beneficiary)
     hosts = []
     reserved_now = ctx.reserved_now
-    for h in ctx.eligible_hosts(beneficiary):
+    for h in ctx.eligible_map(beneficiary):
         if h in state.claimed or h in later:
             continue
         held = reserved_now.get(h)

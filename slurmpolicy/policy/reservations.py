@@ -109,7 +109,7 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
     total_of: dict[str, int] = {}
     counts = ctx.gpu_counts(gpu_type)
     reserved_now = ctx.reserved_now
-    for h in ctx.eligible_hosts(job):
+    for h in ctx.eligible_map(job):
         if h in blocked:
             continue
         held = reserved_now.get(h)
