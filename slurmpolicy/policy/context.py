@@ -545,9 +545,11 @@ class Context:
         if not strict:
             level = Level.CLUSTER
         need = max(1, job.node_count)
-        if self.has_own_active_reservation(job):
-            return self.most_hosts_in_one_domain(self.free_map(job), gpn, level) >= need
         key, free = self._base_free(job)
+        if self.has_own_active_reservation(job):
+            own = self.free_map(job)
+            if own is not free:  # its own reservation adds hosts: no shared answer
+                return self.most_hosts_in_one_domain(own, gpn, level) >= need
         # Most jobs share a few shapes: answer each shape once.
         shape_key = (key, gpn, level, need)
         hit = self._fits.get(shape_key)
@@ -557,9 +559,11 @@ class Context:
         return hit
 
     def free_gpus_for(self, job: Job) -> int:
+        key, base = self._base_free(job)
         if self.has_own_active_reservation(job):
-            return sum(self.free_map(job).values())
-        key, _ = self._base_free(job)
+            own = self.free_map(job)
+            if own is not base:
+                return sum(own.values())
         return self._free_totals[key]
 
     def fragmentation_blocked(self, job: Job) -> bool:

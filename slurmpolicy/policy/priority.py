@@ -135,6 +135,9 @@ def compute(ctx: Context) -> PriorityResult:
 def competing_groups(ctx: Context) -> list[list[Job]]:
     """Pending jobs that compete for the same nodes: partitions that share a host
     (or a multi-partition job) are one group; each group, in no particular order."""
+    if len(ctx.pending_by_partition) == 1:
+        # One partition asked for: every pending job competes with every other.
+        return [list(ctx.pending)] if ctx.pending else []
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -173,41 +176,54 @@ _MAX_PASSES = 64
 
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
-             effective: dict[int, int], threshold: int, chosen: set[int]) -> None:
+             effective: dict[int, int], threshold: int, chosen: set[int],
+             order: list[Job] | None = None) -> None:
     """Add to ``chosen`` the jobs of ``group`` whose site factor must be written so
     that Slurm's order matches the policy's wherever the policy's priorities differ
     by at least ``threshold`` (closer ones count as ties: no write to swap them).
 
     Slurm ranks by its priority, which holds the site factor it has now (``cur``;
     ``new`` once chosen); ties go to the earlier submit, then the lower job id.
+    ``order``: the group sorted by the policy's order, when the caller has it.
     """
-    order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0, j.job_id))
+    if order is None:
+        order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
+                                             j.job_id))
+    # The jobs by position in ``order``: their policy priority, what Slurm's
+    # priority holds besides the site factor, and the rest of Slurm's sort key.
+    n = len(order)
+    ids = [j.job_id for j in order]
+    eff = [effective[i] for i in ids]
+    new_v = [new[i] for i in ids]
+    cur_v = [cur[i] for i in ids]
+    rest = [e - v for e, v in zip(eff, new_v, strict=True)]
+    submit = [-(j.submit_time or 0.0) for j in order]
+    stale = [a != b for a, b in zip(new_v, cur_v, strict=True)]
+    taken = [i in chosen for i in ids]
 
-    def slurm_key(j: Job) -> tuple[int, float, int]:
-        value = new[j.job_id] if j.job_id in chosen else cur[j.job_id]
-        return (effective[j.job_id] - new[j.job_id] + value, -(j.submit_time or 0.0),
-                -j.job_id)
+    def slurm_key(x: int) -> tuple[int, float, int]:
+        return (rest[x] + (new_v[x] if taken[x] else cur_v[x]), submit[x], -ids[x])
 
     for _ in range(_MAX_PASSES):
         added = False
         lowest: tuple[int, float, int] | None = None  # the weakest job that must stay ahead
-        weakest: Job | None = None
+        weakest = -1
         ahead = 0
-        for k in order:
-            # Every job at least ``threshold`` above k must stay ahead of it in Slurm.
-            while ahead < len(order) and order[ahead] is not k and \
-                    effective[order[ahead].job_id] >= effective[k.job_id] + threshold:
-                key = slurm_key(order[ahead])
+        for x in range(n):
+            # Every job at least ``threshold`` above x must stay ahead of it in Slurm.
+            bar = eff[x] + threshold
+            while ahead < n and ahead != x and eff[ahead] >= bar:
+                key = slurm_key(ahead)
                 if lowest is None or key < lowest:
-                    lowest, weakest = key, order[ahead]
+                    lowest, weakest = key, ahead
                 ahead += 1
-            if lowest is None or weakest is None or lowest > slurm_key(k):
+            if lowest is None or lowest > slurm_key(x):
                 continue
             # Out of order: move the one whose site factor is stale.
-            target = k if new[k.job_id] != cur[k.job_id] and k.job_id not in chosen \
-                else weakest
-            if target.job_id not in chosen and new[target.job_id] != cur[target.job_id]:
-                chosen.add(target.job_id)
+            target = x if stale[x] and not taken[x] else weakest
+            if not taken[target] and stale[target]:
+                taken[target] = True
+                chosen.add(ids[target])
                 added = True
         if not added:
             return
@@ -229,9 +245,15 @@ def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFac
     cur = {j.job_id: known.get(j.job_id, j.site_factor) for j in ctx.pending}
     chosen = {j.job_id for j in ctx.pending
               if j.job_id not in known and abs(new[j.job_id] - cur[j.job_id]) >= threshold}
-    for group in competing_groups(ctx):
+    groups = competing_groups(ctx)
+    for group in groups:
         if len(group) > 1:
-            _reorder(group, new, cur, result.effective, threshold, chosen)
+            # One group of every pending job in one partition: that partition's
+            # order is the group's (the same key, unique per job).
+            order = (next(iter(result.order.values()))
+                     if len(groups) == 1 and len(result.order) == 1
+                     and len(group) == len(ctx.pending) else None)
+            _reorder(group, new, cur, result.effective, threshold, chosen, order)
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     actions = []
     for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]:
