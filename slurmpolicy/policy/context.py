@@ -155,7 +155,9 @@ class Context:
         if cache is None:
             cache = PlanCache()
         cache.bind(settings, len(snapshot.jobs), len(snapshot.nodes))
-        self._jobs_info = cache.jobs
+        #: JobInfo by job id (PlanCache.jobs): read ``info()`` unless the record's
+        #: identity is checked (``infos[id].job is job``).
+        self.infos = cache.jobs
         self._policy_by_text = cache.policy_by_text
         self._learned = cache.learned
         self._class_cache = cache.class_by_key
@@ -260,29 +262,29 @@ class Context:
         #: Jobs that have one of our (MAGNETIC) starvation reservations active now.
         #: A preemption's reservation is the beneficiary's through its own
         #: ``reservation`` field (the executor names it there).
-        self._jobs_with_our_active_res: set[int] = set()
+        self.jobs_with_our_active_res: set[int] = set()
         starvation = f"{self.prefix}job_"
         for res in snapshot.reservations:
             if self.prefix and res.name.startswith(starvation) and res.is_active(now):
                 tail = res.name[len(starvation):]
                 if tail.isdigit():
-                    self._jobs_with_our_active_res.add(int(tail))
+                    self.jobs_with_our_active_res.add(int(tail))
 
     # --- directives and classes ------------------------------------------------
     def policy(self, job: Job) -> JobPolicy:
         """The job's directives, with the checkpoint protocol learned from its own
         ``--signal`` and ``--requeue`` where it declared none (slurmpolicy.protocol)."""
-        info = self._jobs_info.get(job.job_id)
+        info = self.infos.get(job.job_id)
         if info is None or info.job is not job:
             info = self.info(job)
         return info.policy
 
     def info(self, job: Job) -> JobInfo:
         """What the job's record determines (its directives, class, ...), cached."""
-        info = self._jobs_info.get(job.job_id)
+        info = self.infos.get(job.job_id)
         if info is None or info.job is not job:
             policy = self._policy(job)
-            info = self._jobs_info[job.job_id] = JobInfo(
+            info = self.infos[job.job_id] = JobInfo(
                 job, policy, self._job_class(job, policy), self.settings)
         return info
 
@@ -302,7 +304,7 @@ class Context:
 
     def job_class(self, job: Job) -> JobClass:
         # Kept per Job record (see PlanCache): called for every job many times a plan.
-        info = self._jobs_info.get(job.job_id)
+        info = self.infos.get(job.job_id)
         if info is None or info.job is not job:
             info = self.info(job)
         return info.job_class
@@ -451,7 +453,7 @@ class Context:
         return key, base
 
     def has_own_active_reservation(self, job: Job) -> bool:
-        return bool(job.reservation) or job.job_id in self._jobs_with_our_active_res
+        return bool(job.reservation) or job.job_id in self.jobs_with_our_active_res
 
     def free_map(self, job: Job) -> dict[str, int]:
         """Free GPUs (of the job's type) on hosts the job could start on now.
@@ -651,7 +653,7 @@ class Context:
     def blocked_by_slurm(self, job: Job) -> str:
         """The category of a reason that is not about resources ("" when none):
         held, dependency, deferred (BeginTime, or a begin time still ahead), quota."""
-        info = self._jobs_info.get(job.job_id)
+        info = self.infos.get(job.job_id)
         if info is None or info.job is not job:
             info = self.info(job)
         if info.blocked:

@@ -67,8 +67,10 @@ def target_begin(ctx: Context, job: Job) -> tuple[float | None, str]:
 def deferral_actions(ctx: Context) -> list[Action]:
     actions: list[Action] = []
     known = ctx.intents.begin_times
+    infos = ctx.infos
     for job in ctx.pending:
-        policy = ctx.policy(job)
+        info = infos.get(job.job_id)
+        policy = info.policy if info is not None and info.job is job else ctx.policy(job)
         if not policy.defer_window or job.is_held:
             continue
         target, why = target_begin(ctx, job)

@@ -382,9 +382,13 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         return []
     # Only classes above some running preemptible job can ever find a victim.
     info = ctx.info
+    infos = ctx.infos
     lowest_running: int | None = None
     for j in ctx.running:
-        c = info(j).job_class
+        job_info = infos.get(j.job_id)
+        if job_info is None or job_info.job is not j:
+            job_info = info(j)
+        c = job_info.job_class
         if c.spec.preemptible and (lowest_running is None or c.rank < lowest_running):
             lowest_running = c.rank
     if lowest_running is None:
@@ -393,7 +397,9 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     candidates = []
     rank_of: dict[int, int] = {}
     for job in ctx.pending:
-        job_info = info(job)
+        job_info = infos.get(job.job_id)
+        if job_info is None or job_info.job is not job:
+            job_info = info(job)
         rank = job_info.job_class.rank
         if rank <= low or job_gpus(job) <= 0:
             continue

@@ -88,12 +88,16 @@ def compute(ctx: Context) -> PriorityResult:
     bonus_per_hour = s.aging.fragmentation_bonus_per_hour
     now = ctx.now
     info_of = ctx.info
+    infos = ctx.infos
+    own_res = ctx.jobs_with_our_active_res
     # Thousands of pending jobs, a few dozen shapes: answer each shape once
     # (jobs with a reservation of their own are asked one by one).
     frag_by_shape: dict[tuple[object, ...], bool] = {}
     for job in ctx.pending:
         job_id = job.job_id
-        info = info_of(job)
+        info = infos.get(job_id)
+        if info is None or info.job is not job:
+            info = info_of(job)
         why = info.blocked
         if not why:
             why = ("deferred" if job.begin_time is not None and job.begin_time > now
@@ -101,7 +105,7 @@ def compute(ctx: Context) -> PriorityResult:
         blocked[job_id] = why
         if why:
             frag = False
-        elif ctx.has_own_active_reservation(job):
+        elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
             frag = ctx.fragmentation_blocked(job)
         else:
             key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,

@@ -246,9 +246,12 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
     for h in claimed:
         held_by.setdefault(h, set()).add("(preemption)")
     candidates: list[tuple[Job, str]] = []
+    large = s.large_job_gpus
     for job in ctx.pending:
         if job.job_id in beneficiaries:
             continue
+        if (job.gpus if job.gpus > 0 else job.gpus_per_node * job.node_count) < large:
+            continue  # starving() says "" at once: job_gpus() below large_job_gpus
         why = starving(ctx, prio, job)
         if why:
             candidates.append((job, why))
