@@ -321,8 +321,20 @@ class PolicyDriver:
                 hit = known.get(j.id)
                 jobs.append(hit[1] if hit is not None and hit[0] == stamp
                             else self._new_job(j, stamp, j.ack))
+        simnow = sim.now
         for j in sim.running.values():
-            jobs.append(self._job(j, now))
+            # _job() with _ack() inline: a running job's periodic acks move with time.
+            ack = j.ack
+            interval = j.spec.ckpt_interval
+            if j.state == 1 and interval > 0 and simnow > j.origin:
+                k = math.floor(j.progress(simnow) / interval) * interval
+                if k > j.base:
+                    at = j.origin + (k - j.base)
+                    ack = at if ack is None else max(ack, at)
+            stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
+            hit = known.get(j.id)
+            jobs.append(hit[1] if hit is not None and hit[0] == stamp
+                        else self._new_job(j, stamp, ack))
         jobs.sort(key=_job_id)
         alive = {x.job_id for x in jobs}
         if len(self._jobs) > 2 * len(alive) + 1000:
