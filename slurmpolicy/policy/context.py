@@ -68,7 +68,7 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "job", "job_class", "policy", "quota",
+    __slots__ = ("blocked", "can_checkpoint", "job", "job_class", "policy", "quota", "rank",
                  "site_base")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
@@ -76,6 +76,7 @@ class JobInfo:
         self.job = job
         self.policy = policy
         self.job_class = job_class
+        self.rank = job_class.rank
         self.can_checkpoint = policy.can_checkpoint
         #: Class weight less the no-checkpoint penalty: the part of the site
         #: factor that does not move with time or fair share.
@@ -216,6 +217,7 @@ class Context:
             counts[n.name] = entry[1:]
             if entry[1] > 0 and n.name in fabric_hosts:
                 gpu_hosts.append(n.name)
+        self._counts = counts
         gpu_hosts.sort()
         self.gpu_hosts: list[str] = gpu_hosts
         self.total_gpus = sum(counts[h][0] for h in self.gpu_hosts)
@@ -366,7 +368,8 @@ class Context:
         if hit is None:
             node = self.nodes[host]
             if gpu_type is None:
-                hit = (node.gpus, self.free.get(host, node.gpus_free))
+                count = self._counts[host]  # (node.gpus, node.gpus_alloc, ...) of this node
+                hit = (count[0], self.free.get(host, node.gpus_free))
             else:
                 total = node.gpus_by_type.get(gpu_type, 0)
                 free = (max(0, total - node.gpus_alloc_by_type.get(gpu_type, 0))

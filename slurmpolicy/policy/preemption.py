@@ -400,7 +400,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         job_info = infos.get(job.job_id)
         if job_info is None or job_info.job is not job:
             job_info = info(job)
-        rank = job_info.job_class.rank
+        rank = job_info.rank
         if rank <= low or job_gpus(job) <= 0:
             continue
         if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
