@@ -68,8 +68,8 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "job", "job_class", "policy", "quota", "rank",
-                 "site_base")
+    __slots__ = ("blocked", "can_checkpoint", "end", "job", "job_class", "policy", "quota",
+                 "rank", "site_base")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -89,6 +89,19 @@ class JobInfo:
                         "dependency" if reason in DEPENDENCY_REASONS else
                         "deferred" if reason == "BeginTime" else "")
         self.quota = "quota" if reason.startswith(QUOTA_PREFIXES) else ""
+        #: expected_end() before preemption deadlines and the overdue grace, for a
+        #: job with a start time (None without one: then it counts from now).
+        self.end = (None if job.start_time is None
+                    else _planned_end(job.start_time, policy.expected_runtime, job.time_limit))
+
+
+def _planned_end(start: float, runtime: float | None, limit: float | None) -> float:
+    """The end of a job started at ``start``: its expected runtime, else its limit."""
+    if runtime is not None and (limit is None or runtime < limit):
+        return start + runtime
+    if limit is not None:
+        return start + limit
+    return math.inf
 
 
 class PlanCache:
@@ -633,15 +646,12 @@ class Context:
     # --- time -------------------------------------------------------------------
     def expected_end(self, job: Job) -> float:
         """When a running job is expected to end: its expected runtime, else its limit."""
-        start = job.start_time if job.start_time is not None else self.now
-        runtime = self.policy(job).expected_runtime
-        limit = job.time_limit
-        if runtime is not None and (limit is None or runtime < limit):
-            end = start + runtime
-        elif limit is not None:
-            end = start + limit
-        else:
-            end = math.inf
+        info = self.infos.get(job.job_id)
+        if info is None or info.job is not job:
+            info = self.info(job)
+        end = info.end
+        if end is None:
+            end = _planned_end(self.now, info.policy.expected_runtime, job.time_limit)
         deadline = self.victims_in_flight.get(job.job_id)
         if job.job_id in self.victims_in_flight:
             # Being preempted: it goes at its checkpoint deadline at the latest.

@@ -129,6 +129,9 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
             per_domain[d] = per_domain.get(d, 0) + 1
     ready = max(per_domain.values(), default=0) >= shape.nodes
     i = 0
+    n_events = len(events)
+    nodes = shape.nodes
+    domain_of = ctx.domain_of
     tries = 0
     last: NoPlacement | None = None
     moment = ctx.now
@@ -145,17 +148,21 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
             tries += 1
             if tries >= 8:
                 break
-        if i >= len(events):
+        if i >= n_events:
             break
         moment = events[i][0]
-        while i < len(events) and events[i][0] == moment:
-            _, _, h, g = events[i]
+        while i < n_events:
+            _, _, h, g = event = events[i]
+            if event[0] != moment:
+                break
             before = free[h]
-            free[h] = min(total_of[h], before + g)
-            if before < gpn <= free[h]:
-                d = ctx.domain_of(h, level)
+            after = before + g
+            total = total_of[h]
+            free[h] = after = after if after < total else total  # min(total, after)
+            if before < gpn <= after:
+                d = domain_of(h, level)
                 per_domain[d] = per_domain.get(d, 0) + 1
-                if per_domain[d] >= shape.nodes:
+                if per_domain[d] >= nodes:
                     ready = True
             i += 1
     if last is not None:
