@@ -318,8 +318,8 @@ class PolicyDriver:
             if j.state == 0 and j.key is key:
                 # _job() for a pending job (its ack does not move while it waits).
                 stamp = (0, j.ver, j.restarts, j.site_factor, j.ack, j.begin_time, j.resv)
-                hit = known.get(j.id)
-                jobs.append(hit[1] if hit is not None and hit[0] == stamp
+                cached = known.get(j.id)
+                jobs.append(cached[1] if cached is not None and cached[0] == stamp
                             else self._new_job(j, stamp, j.ack))
         simnow = sim.now
         for j in sim.running.values():
@@ -332,8 +332,8 @@ class PolicyDriver:
                     at = j.origin + (k - j.base)
                     ack = at if ack is None else max(ack, at)
             stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
-            hit = known.get(j.id)
-            jobs.append(hit[1] if hit is not None and hit[0] == stamp
+            cached = known.get(j.id)
+            jobs.append(cached[1] if cached is not None and cached[0] == stamp
                         else self._new_job(j, stamp, ack))
         jobs.sort(key=_job_id)
         alive = {x.job_id for x in jobs}
