@@ -381,8 +381,9 @@ class Context:
         if hit is None:
             node = self.nodes[host]
             if gpu_type is None:
-                count = self._counts[host]  # (node.gpus, node.gpus_alloc, ...) of this node
-                hit = (count[0], self.free.get(host, node.gpus_free))
+                free = self.free.get(host)
+                # (node.gpus, ...) of this node, cached; gpus_free only off the GPU hosts.
+                hit = (self._counts[host][0], node.gpus_free if free is None else free)
             else:
                 total = node.gpus_by_type.get(gpu_type, 0)
                 free = (max(0, total - node.gpus_alloc_by_type.get(gpu_type, 0))
