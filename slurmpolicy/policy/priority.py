@@ -200,13 +200,13 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     eff = [effective[i] for i in ids]
     new_v = [new[i] for i in ids]
     cur_v = [cur[i] for i in ids]
-    rest = [e - v for e, v in zip(eff, new_v, strict=True)]
     submit = [-(j.submit_time or 0.0) for j in order]
     stale = [a != b for a, b in zip(new_v, cur_v, strict=True)]
     taken = [i in chosen for i in ids]
-
-    def slurm_key(x: int) -> tuple[int, float, int]:
-        return (rest[x] + (new_v[x] if taken[x] else cur_v[x]), submit[x], -ids[x])
+    # Slurm's sort key of each job with the site factor it holds now, and once written.
+    cur_key = [(e - v + c, t, -i)
+               for e, v, c, t, i in zip(eff, new_v, cur_v, submit, ids, strict=True)]
+    new_key = [(e, t, -i) for e, t, i in zip(eff, submit, ids, strict=True)]
 
     for _ in range(_MAX_PASSES):
         added = False
@@ -217,11 +217,11 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             # Every job at least ``threshold`` above x must stay ahead of it in Slurm.
             bar = eff[x] + threshold
             while ahead < n and ahead != x and eff[ahead] >= bar:
-                key = slurm_key(ahead)
+                key = new_key[ahead] if taken[ahead] else cur_key[ahead]
                 if lowest is None or key < lowest:
                     lowest, weakest = key, ahead
                 ahead += 1
-            if lowest is None or lowest > slurm_key(x):
+            if lowest is None or lowest > (new_key[x] if taken[x] else cur_key[x]):
                 continue
             # Out of order: move the one whose site factor is stale.
             target = x if stale[x] and not taken[x] else weakest
