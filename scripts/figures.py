@@ -128,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the plots and tables under docs/figures/trial, not into the docs")
     ap.add_argument("--month", default="", help="replay one month only (YYYY-MM)")
     args = ap.parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        # Without it simulate skips the plots and the docs would show old ones.
+        sys.exit("scripts/figures: the plots need matplotlib: .venv/bin/pip install "
+                 "'.[plot]' (or matplotlib)")
     extra = (["--limit", str(args.limit)] if args.limit else []) + (
         ["--month", args.month] if args.month else [])
     trial = args.dry
