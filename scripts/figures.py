@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurmpolicy.sim.metrics import wait_text as dur
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = "contrib/traces/philly-2017-09-10.csv"
 OUT = ROOT / "docs" / "figures"
@@ -36,17 +38,6 @@ def simulate(extra: list[str], plots: Path) -> tuple[dict[str, Any], float]:
     if proc.returncode != 0:
         sys.exit(f"scripts/figures: simulate failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout), wall
-
-
-def dur(seconds: float) -> str:
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
 ROWS: list[tuple[str, Any]] = [

@@ -174,7 +174,7 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = (None if a == 0 else math.inf) if b == 0 else a / b
         met = ratio is None or (ratio <= bound if kind == "max" else ratio >= bound)
         fmt = (lambda v: f"{v:.1%}") if key == "alloc" else (
-            _dur if key in ("prod_p95", "jct") else (lambda v: f"{v:,.1f}"))
+            wait_text if key in ("prod_p95", "jct") else (lambda v: f"{v:,.1f}"))
         want = f"<= {bound:g}x" if kind == "max" else f">= {bound:g}x"
         if met or ratio is None:
             gap = ""
@@ -189,7 +189,7 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _dur(seconds: float) -> str:
+def wait_text(seconds: float) -> str:
     """Waits are compared at the seconds scale: ``45s``, ``2m05s``, then ``3h05m``."""
     from slurmpolicy.durations import humanize
 
@@ -222,10 +222,10 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     for c in summaries[0]["by_class"]:
         for q in ("mean", "p50", "p95", "p99"):
             add(f"{c} wait {q}", lambda s, c=c, q=q: s["by_class"].get(c, {}).get(
-                "wait", {}).get(q), _dur)
-    add("all jobs wait mean", lambda s: s["wait"]["mean"], _dur)
-    add("all jobs wait p95", lambda s: s["wait"]["p95"], _dur)
-    add("job completion time mean", lambda s: s["jct_mean"], _dur)
+                "wait", {}).get(q), wait_text)
+    add("all jobs wait mean", lambda s: s["wait"]["mean"], wait_text)
+    add("all jobs wait p95", lambda s: s["wait"]["p95"], wait_text)
+    add("job completion time mean", lambda s: s["jct_mean"], wait_text)
     add("wait-to-run ratio", lambda s: s["wait_to_run"], "{:.3f}".format)
     add("GPU allocation", lambda s: s["allocation"], pct)
     add("GPU allocation while jobs wait", lambda s: s["allocation_while_waiting"], pct)
@@ -243,7 +243,7 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
     add("GPU-hours idle while a victim is in grace", lambda s: s["idle_in_grace_gpu_hours"],
         num)
     for q in ("mean", "p50", "p95", "p99"):
-        add(f"beneficiary start delay {q}", lambda s, q=q: s["benefit_delay"][q], _dur)
+        add(f"beneficiary start delay {q}", lambda s, q=q: s["benefit_delay"][q], wait_text)
     add("GPU-hours save/restore overhead", lambda s: s["overhead_gpu_hours"], num)
     add("multi-node jobs within one leaf", lambda s: s["multi_node_in_one_leaf"], pct)
     add("multi-node jobs within one NVLink domain", lambda s: s["multi_node_in_one_nvlink"], pct)
@@ -253,8 +253,8 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
         add("elastic starts below their maximum", lambda s: s["elastic_started_smaller"], count)
         add("elastic jobs shrunk instead of evicted", lambda s: s["elastic_shrinks"], count)
         add("elastic jobs evicted", lambda s: s["elastic_evictions"], count)
-        add("elastic jobs wait mean", lambda s: s["elastic_wait_mean"], _dur)
-        add("elastic jobs completion time mean", lambda s: s["elastic_jct_mean"], _dur)
+        add("elastic jobs wait mean", lambda s: s["elastic_wait_mean"], wait_text)
+        add("elastic jobs completion time mean", lambda s: s["elastic_jct_mean"], wait_text)
     return out
 
 
