@@ -875,7 +875,6 @@ class Executor:
 
     def _do_Requeue(self, a: Requeue, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None
-        client = self.client
         key = _requeue_key(a.preemption_id, a.job_id, a.restart_count)
         victim = self._victim_or_refuse(a)
         if victim is None:
@@ -921,15 +920,7 @@ class Executor:
                         job_id=a.job_id)
             return
         self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count, state=state)
-        status, msg = self._call(
-            key, "requeue", lambda: client.requeue(a.job_id), job_id=a.job_id,
-            restart_count=a.restart_count, preemption_id=a.preemption_id,
-            params={"after": a.after}, reached=(JobAlreadyPending,))
-        if status in (OK, REACHED):
-            self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
-        self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"after": state.value, "why": a.after,
-                            "restart_count": a.restart_count})
+        status = self._requeue_victim(a, key, job, now, {"after": state.value})
         if status == OK and a.shrink_to is not None and a.shrink_min is not None:
             self._shrinks[a.job_id] = a
         if status == FAILED:
@@ -1032,7 +1023,6 @@ class Executor:
         """Requeue a victim that saved and exited after its signal: Slurm requeues
         a finished batch job (22.05 and 25.11 alike) while it still knows it."""
         assert self.client is not None
-        client = self.client
         key = _requeue_key(a.preemption_id, a.job_id, a.restart_count)
         state = VictimState(victim["state"])
         if state not in (VictimState.SIGNALLED, VictimState.ACKNOWLEDGED, VictimState.DEADLINE):
@@ -1047,6 +1037,14 @@ class Executor:
             self._audit(a, a.kind, a.reason, "skipped: victim is not a finished batch job "
                         "that saved and exited", job_id=a.job_id)
             return
+        self._requeue_victim(a, key, job, now, {"after": "exited", "state": job.state.value})
+
+    def _requeue_victim(self, a: Requeue, key: str, job: Job | None, now: float,
+                        detail: dict[str, Any]) -> str:
+        """``scontrol requeue`` a victim (already pending counts as reached),
+        record it as requeued when it was, and audit it with ``detail``."""
+        assert self.client is not None
+        client = self.client
         status, msg = self._call(
             key, "requeue", lambda: client.requeue(a.job_id), job_id=a.job_id,
             restart_count=a.restart_count, preemption_id=a.preemption_id,
@@ -1054,9 +1052,8 @@ class Executor:
         if status in (OK, REACHED):
             self._victim_requeued(a.preemption_id, a.job_id, a.restart_count, job, now)
         self._audit(a, a.kind, a.reason, _outcome(status, msg), job_id=a.job_id,
-                    detail={"after": "exited", "why": a.after,
-                            "restart_count": a.restart_count,
-                            "state": job.state.value})
+                    detail={**detail, "why": a.after, "restart_count": a.restart_count})
+        return status
 
     def _reserved(self, pid: str) -> bool:
         """The nodes are held for the beneficiary alone (and the preemption is open)."""
