@@ -992,20 +992,19 @@ class Simulator:
         who = (spec.user, j.id if j.resv is not None else None) if extra else None
 
         def clear_from(h: int, t: float) -> float:
-            p, x = planned.get(h), extra.get(h)
+            p = planned.get(h)
             key = (h, t, limit, who, len(p) if p else 0)
             hit = cache.get(key)
             if hit is not None:
                 return hit
-            t0 = t
             # One pass over the claims sorted by start: a claim passed over
             # ends by the t it was checked against, so by every later t too.
-            for s0, e0 in (x or () if p is None else p if x is None else sorted(p + x)):
+            for s0, e0 in _merged(p, extra.get(h)):
                 if s0 >= t + limit:
                     break
                 if e0 > t:
                     t = e0
-            cache[(h, t0, limit, who, len(p) if p else 0)] = t
+            cache[key] = t
             return t
 
         if n == 1:
