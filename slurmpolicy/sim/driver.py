@@ -100,15 +100,11 @@ class PolicyDriver:
         self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
                                    priority_tier=1, preempt_mode="OFF")
         self.actions_applied: dict[str, int] = {}
-        classes = sim.settings.classes
-        low = min((c.rank for c in classes.values() if c.preemptible), default=None)
-        #: Classes that may preempt and are never preempted: a newly blocked job of
-        #: one of them is planned for at the next cycle; the rest at ``refresh``.
-        self.urgent = {n for n, c in classes.items()
-                       if low is not None and c.rank > low and not c.preemptible}
+        #: Classes that may preempt and are never preempted: their submission
+        #: rings the daemon's doorbell (plugin.doorbell), and a newly blocked job
+        #: of one of them is planned for at the next cycle; the rest at ``refresh``.
+        self.urgent = set(doorbell_classes(sim.settings))
         self._new_urgent: set[int] = set()
-        #: Classes whose submission rings the daemon's doorbell (plugin.doorbell).
-        self.rings = set(doorbell_classes(sim.settings))
         #: Signalled victims awaiting their requeue: job id -> (restart count,
         #: signalled at, deadline), epoch seconds as in the intents.
         self.awaiting: dict[int, tuple[int, float, float]] = {}
@@ -117,7 +113,7 @@ class PolicyDriver:
         """A job is submitted: job_submit.lua gives it its class weight as its
         site factor (``plugin.set_site_factor``), so it has its class standing
         before any plan; plan() later sets the full factor from there."""
-        if job.spec.job_class in self.rings and self.sim.settings.plugin.doorbell:
+        if job.spec.job_class in self.urgent and self.sim.settings.plugin.doorbell:
             self.sim.ring()
         if self.sim.settings.plugin.set_site_factor:
             cls = self.sim.settings.classes.get(job.spec.job_class)
@@ -269,8 +265,9 @@ class PolicyDriver:
                 ack = at if ack is None else max(ack, at)
         return ack
 
-    def _job(self, j: SimJob, now: float) -> Job:
-        ack = self._ack(j)
+    def _job(self, j: SimJob, ack: float | None) -> Job:
+        """The Job record of ``j`` with its latest ack ``ack`` (:meth:`_ack`):
+        the one built last time while what it depends on is unchanged."""
         stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
@@ -312,29 +309,13 @@ class PolicyDriver:
         sim = self.sim
         jobs: list[Job] = []
         by_id = sim.by_id
-        known = self._jobs
         for key in sim.queue:
             j = by_id[key[-1]]
             if j.state == 0 and j.key is key:
-                # _job() for a pending job (its ack does not move while it waits).
-                stamp = (0, j.ver, j.restarts, j.site_factor, j.ack, j.begin_time, j.resv)
-                cached = known.get(j.id)
-                jobs.append(cached[1] if cached is not None and cached[0] == stamp
-                            else self._new_job(j, stamp, j.ack))
-        simnow = sim.now
+                # A pending job's ack does not move while it waits: no _ack().
+                jobs.append(self._job(j, j.ack))
         for j in sim.running.values():
-            # _job() with _ack() inline: a running job's periodic acks move with time.
-            ack = j.ack
-            interval = j.spec.ckpt_interval
-            if j.state == 1 and interval > 0 and simnow > j.origin:
-                k = math.floor(j.progress(simnow) / interval) * interval
-                if k > j.base:
-                    at = j.origin + (k - j.base)
-                    ack = at if ack is None else max(ack, at)
-            stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
-            cached = known.get(j.id)
-            jobs.append(cached[1] if cached is not None and cached[0] == stamp
-                        else self._new_job(j, stamp, ack))
+            jobs.append(self._job(j, self._ack(j)))
         jobs.sort(key=_job_id)
         alive = {x.job_id for x in jobs}
         if len(self._jobs) > 2 * len(alive) + 1000:
