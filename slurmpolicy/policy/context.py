@@ -444,10 +444,12 @@ class Context:
 
     def hosts_reserved_later_for(self, job: Job) -> frozenset[str]:
         """Hosts of :meth:`reserved_later_for`'s reservations."""
-        later = self.reserved_later_for(job)
-        if not later:
+        return self._hosts_reserved_later(self.reserved_later_for(job))
+
+    def _hosts_reserved_later(self, names: frozenset[str]) -> frozenset[str]:
+        if not names:
             return frozenset()
-        return frozenset(h for r in self.reserved_later if r.name in later for h in r.nodes)
+        return frozenset(h for r in self.reserved_later if r.name in names for h in r.nodes)
 
     def _base_free(self, job: Job) -> tuple[tuple[Any, ...], dict[str, int]]:
         gpu_type = self.gpu_type(job)
@@ -458,7 +460,7 @@ class Context:
             base = {}
             counts = self.gpu_counts(gpu_type)
             reserved_now = self.reserved_now
-            blocked = self.hosts_reserved_later_for(job)
+            blocked = self._hosts_reserved_later(later)
             for h in self.eligible_map(job):
                 if h in reserved_now or h in blocked:
                     continue
