@@ -435,6 +435,8 @@ class Simulator:
         self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
         #: clear_from results of the current backfill pass (see _earliest).
         self._clear_cache: dict[_ClearKey, float] = {}
+        #: Shapes that found no start within bf_window in the current pass (see _earliest).
+        self._hopeless: dict[tuple[str, int | None] | None, list[tuple[int, int, float]]] = {}
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill
@@ -884,6 +886,7 @@ class Simulator:
         #: The node space map: per host, planned (start, end) claims of this pass.
         planned: dict[int, list[tuple[float, float]]] = {}
         self._clear_cache = {}
+        self._hopeless = {}
         steps = _FreeSteps(self, now, res)
         window_end = now + sm.bf_window
         soon = now + self.min_limit
@@ -984,12 +987,33 @@ class Simulator:
         spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
         extra = self._reservation_claims(j, now)
-        ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
+        who = (spec.user, j.id if j.resv is not None else None) if extra else None
+        # For the same reason, and because a started job only takes GPUs away,
+        # a job that needs at least as many nodes, GPUs per node and time as
+        # one that found no start within bf_window in this pass finds none
+        # either: most tested jobs of a deep queue, each a walk of every host.
+        hopeless = self._hopeless.setdefault(who, [])
+        for n0, g0, l0 in hopeless:
+            if n0 <= n and g0 <= gpn and l0 <= limit:
+                return math.inf, []
+        found = self._earliest_walk(j, planned, steps, window_end, limit, extra, who)
+        if not found[1]:
+            hopeless.append((n, gpn, limit))
+        return found
 
+    def _earliest_walk(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
+                       steps: _FreeSteps, window_end: float, limit: float,
+                       extra: dict[int, list[tuple[float, float]]],
+                       who: tuple[str, int | None] | None) -> tuple[float, list[int]]:
+        """:meth:`_earliest`'s search (``extra``: the reservations' claims on
+        ``j``, ``who``: whose they are)."""
+        now = self.now
+        spec = j.spec
+        gpn, n = spec.gpus_per_node, spec.nodes
+        ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
         # Claims only grow within a pass, so (host, time, limit, whose
         # reservations, claims so far) names a result for the rest of it.
         cache = self._clear_cache
-        who = (spec.user, j.id if j.resv is not None else None) if extra else None
 
         def clear_from(h: int, t: float) -> float:
             p = planned.get(h)
