@@ -268,7 +268,7 @@ class PolicyDriver:
     def _job(self, j: SimJob, ack: float | None) -> Job:
         """The Job record of ``j`` with its latest ack ``ack`` (:meth:`_ack`):
         the one built last time while what it depends on is unchanged."""
-        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
+        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv, j.prio)
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
             return hit[1]
