@@ -10,6 +10,7 @@ the fabric per job. ``plan()`` and ``explain()`` both build one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,10 @@ def job_gpus_per_node(job: Job) -> int:
     if job.gpus > 0:
         return -(-job.gpus // max(1, job.node_count))
     return 0
+
+
+#: Job's fields, for PlanCache.with_priority's copy.
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 
 def job_gpus(job: Job) -> int:
@@ -137,6 +142,20 @@ class PlanCache:
         self.learned: dict[tuple[str, str, str], JobPolicy] = {}
         self.class_by_key: dict[tuple[str | None, str], JobClass] = {}
         self.partitions: dict[str, list[str]] = {}
+
+    def with_priority(self, job: Job, priority: int) -> Job:
+        """A copy of ``job`` with Slurm's ``priority`` changed, and what the cache
+        derived from ``job`` now held for the copy: nothing here reads the
+        priority, which Slurm changes for every pending job each
+        PriorityCalcPeriod."""
+        new = object.__new__(Job)  # a frozen record: filled as its __init__ would
+        for name in _JOB_FIELDS:
+            object.__setattr__(new, name, getattr(job, name))
+        object.__setattr__(new, "priority", priority)
+        info = self.jobs.get(job.job_id)
+        if info is not None and info.job is job:
+            info.job = new
+        return new
 
     def bind(self, settings: Settings, jobs: int, nodes: int) -> None:
         """Use the cache for a plan under ``settings`` over so many jobs and nodes:

@@ -270,8 +270,14 @@ class PolicyDriver:
         the one built last time while what it depends on is unchanged."""
         stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv, j.prio)
         hit = self._jobs.get(j.id)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
+        if hit is not None:
+            if hit[0] == stamp:
+                return hit[1]
+            if hit[0][:-1] == stamp[:-1]:
+                # Only Slurm's priority moved (PriorityCalcPeriod): a cheap copy.
+                job = self.plan_cache.with_priority(hit[1], j.prio)
+                self._jobs[j.id] = (stamp, job)
+                return job
         return self._new_job(j, stamp, ack)
 
     def _new_job(self, j: SimJob, stamp: tuple[Any, ...], ack: float | None) -> Job:

@@ -5,6 +5,8 @@ replace others (a job's directives, class, state; a node's use) must equal
 the plans made without a cache; a cache kept across other Settings must not
 answer for them."""
 
+from dataclasses import replace
+
 from slurmpolicy.policy import apply_to_intents, plan
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.context import PlanCache
@@ -70,3 +72,23 @@ def test_cache_follows_the_settings() -> None:
     got = plan(snapshot, fabric, second, Intents(), b.now, cache=cache)
     assert got == plan(snapshot, fabric, second, Intents(), b.now)
     assert got != plan(snapshot, fabric, first, Intents(), b.now)
+
+
+def test_with_priority_copies_the_record_and_keeps_what_was_derived() -> None:
+    b = cluster()
+    snapshot = b.snapshot()
+    settings = Settings()
+    cache = PlanCache()
+    plan(snapshot, b.fabric(), settings, Intents(), b.now, cache=cache)
+    old = next(j for j in snapshot.jobs if j.job_id == 2)
+    info = cache.jobs[2]
+    assert info.job is old
+    new = cache.with_priority(old, old.priority + 777)
+    assert new is not old and new.priority == old.priority + 777
+    assert new == replace(old, priority=old.priority + 777)  # every other field kept
+    assert cache.jobs[2] is info and info.job is new  # no second derivation
+    # Plans over the re-prioritised records equal plans made without a cache.
+    jobs = tuple(new if j is old else j for j in snapshot.jobs)
+    again = replace(snapshot, jobs=jobs)
+    assert plan(again, b.fabric(), settings, Intents(), b.now, cache=cache) == \
+        plan(again, b.fabric(), settings, Intents(), b.now)
