@@ -85,3 +85,8 @@ class DevClusterError(SlurmPolicyError):
     """The local development cluster cannot be brought up or down."""
 
     exit_code = 5
+
+
+class ReplayStalled(SlurmPolicyError):
+    """A replay's remaining jobs can no longer start: nothing runs and nothing
+    is due to change (a simulator bug or a job no layout can hold)."""

@@ -315,7 +315,7 @@ class PolicyDriver:
         sim = self.sim
         jobs: list[Job] = []
         by_id = sim.by_id
-        for key in sim.queue:
+        for key in sim.ordered():  # not sim.queue: it lacks jobs re-keyed since its sort
             j = by_id[key[-1]]
             if j.state == 0 and j.key is key:
                 # A pending job's ack does not move while it waits: no _ack().

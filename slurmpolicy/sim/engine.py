@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from slurmpolicy.errors import ReplayStalled
 from slurmpolicy.settings import Settings
 from slurmpolicy.sim.cluster import Hosts
 from slurmpolicy.sim.trace import TraceJob
@@ -117,6 +118,10 @@ class SlurmModel:
  _MARK, _POLL, _WAKE) = range(13)
 
 PENDING, RUNNING, DONE = 0, 1, 2
+
+#: Simulated seconds with every job arrived, nothing running and no start,
+#: after which a replay ends as stalled (its periodic events never end).
+STALL_AFTER = 7 * 86400.0
 
 
 def _roundup(t: float, res: float) -> float:
@@ -424,6 +429,8 @@ class Simulator:
         self.series = Trace()
         self.sample_interval = sample_interval
         self.multi = [0, 0, 0]
+        #: When a job last started (the stall check, see STALL_AFTER).
+        self._last_start = 0.0
         self.pending_count = 0
         self.finished = 0
         self.changed = True
@@ -476,6 +483,9 @@ class Simulator:
             t, kind, _, a, b = heapq.heappop(ev)
             self.events += 1
             self.now = t
+            if (kind == _SAMPLE and not self.running and t > last_arrival
+                    and t - self._last_start > STALL_AFTER):
+                self._stalled()
             if kind == _MAIN:
                 self._main_at = None
                 self.schedule(backfill=False)
@@ -540,6 +550,24 @@ class Simulator:
             backfill_reservations=self.bf_reservations,
         )
 
+    def _stalled(self) -> None:
+        """Nothing runs, every job has arrived and none started for
+        STALL_AFTER: the periodic events would go on for ever. End the replay
+        with the jobs left and what they ask for."""
+        left = [j for j in self.jobs if j.state == PENDING]
+        if any(j.begin_time is not None and j.begin_time > self.now for j in left):
+            return  # a begin time ahead: something is still due to change
+        shown = ", ".join(f"{j.id} ({j.spec.job_class}, {j.spec.nodes}x{j.spec.gpus_per_node}"
+                          f" GPUs{', in queue' if self._queued(j) else ', lost from the queue'})"
+                          for j in left[:5])
+        raise ReplayStalled(
+            f"{self.mode} replay stalled at day {self.now / 86400:.1f}: {len(left)} job(s) "
+            f"never started and nothing has run for {STALL_AFTER / 86400:.0f} days: {shown}"
+            f"{' ...' if len(left) > 5 else ''}")
+
+    def _queued(self, j: SimJob) -> bool:
+        return any(key is j.key for key in self.ordered())
+
     def _schedule_poll(self, t: float) -> None:
         poll = self.settings.daemon.preemption_poll
         if (self._poll_at is None and self.driver is not None and self.driver.awaiting
@@ -596,7 +624,9 @@ class Simulator:
         for a, u in self.usage.items():
             self.fs_factor[a] = 2.0 ** (-(u / total) / self.share) if total > 0 else 1.0
         keys = []
-        for key in self.queue:
+        # ordered() first: a job re-keyed since the last sort (a new site factor)
+        # has only its old key in the queue, which the test below would drop.
+        for key in self.ordered():
             j = self.by_id[key[-1]]
             if j.state == PENDING and j.key is key:
                 self._set_key(j)
@@ -627,7 +657,9 @@ class Simulator:
             self._resort = True
             self._bf_changed = True
 
-    def _ordered(self) -> list[tuple[Any, ...]]:
+    def ordered(self) -> list[tuple[Any, ...]]:
+        """The queue's keys in Slurm's order: every pending job's current key
+        (``key[-1]`` is its id), with stale keys of started jobs in between."""
         if self._resort:
             # Re-keyed jobs left their old keys behind: rebuild from the jobs.
             ids = {k[-1] for k in self.queue}
@@ -661,6 +693,7 @@ class Simulator:
         self.pending_count -= 1
         j.pending_total += now - j.pend_since
         j.run_start = now
+        self._last_start = now
         restore = j.spec.restore_time if j.ckpt > 0 else 0.0
         j.overhead += restore
         j.base = j.ckpt
@@ -838,7 +871,7 @@ class Simulator:
             self.backfill()
             return
         now = self.now
-        queue = self._ordered()
+        queue = self.ordered()
         seen = 0
         for key in queue:
             j = self.by_id[key[-1]]
@@ -881,7 +914,7 @@ class Simulator:
         res = sm.bf_resolution
         hosts = self.hosts
         free = hosts.free
-        queue = list(self._ordered())
+        queue = list(self.ordered())
         n_hosts = len(hosts.names)
         #: The node space map: per host, planned (start, end) claims of this pass.
         planned: dict[int, list[tuple[float, float]]] = {}

@@ -259,3 +259,40 @@ def test_production_has_its_class_weight_from_submission_in_slurmpolicy_mode() -
     weights = sim.settings.classes
     assert seen[3] == weights["production"].weight
     assert seen[2] == weights["research"].weight
+
+
+def test_a_job_re_keyed_just_before_a_priority_recalc_stays_in_the_queue() -> None:
+    # A new site factor re-keys a pending job and leaves its old key in the
+    # sorted queue; PriorityCalcPeriod's recalc used to keep only current keys
+    # found in the queue, so such a job vanished from it and never started.
+    trace = [job(1, 0, 8, 1000, 2000), job(2, 10, 8, 100, 1000)]
+    sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurm-grace")
+    sim._on_arrive(1, 0)
+    sim.schedule()
+    sim.now = 10.0
+    sim._on_arrive(2, 0)
+    sim.schedule()
+    waiting = sim.by_id[2]
+    assert waiting.state == 0
+    sim.set_site_factor(waiting, 500)
+    sim.now = 300.0
+    sim._recalc()
+    assert [k[-1] for k in sim.ordered() if sim.by_id[k[-1]].state == 0] == [2]
+    assert any(k is waiting.key for k in sim.ordered())
+
+
+def test_a_replay_whose_jobs_can_no_longer_start_ends_with_a_reason() -> None:
+    from slurmpolicy.errors import ReplayStalled
+
+    trace = [job(1, 0, 8, 100, 1000), job(2, 10, 8, 100, 1000)]
+    sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurm-grace")
+    original = sim._enqueue
+
+    def lose_job_2(j):  # type: ignore[no-untyped-def]
+        original(j)
+        if j.id == 2:
+            sim.queue.remove(j.key)  # as the recalc bug above did
+    sim._enqueue = lose_job_2  # type: ignore[method-assign]
+    with pytest.raises(ReplayStalled, match=r"1 job\(s\) never started.*2 \(research, 1x8 GPUs, "
+                                            r"lost from the queue\)"):
+        sim.run()
