@@ -315,11 +315,16 @@ class PolicyDriver:
         sim = self.sim
         jobs: list[Job] = []
         by_id = sim.by_id
+        touched = sim.touched
+        records = self._jobs
         for key in sim.ordered():  # not sim.queue: it lacks jobs re-keyed since its sort
             j = by_id[key[-1]]
             if j.state == 0 and j.key is key:
-                # A pending job's ack does not move while it waits: no _ack().
-                jobs.append(self._job(j, j.ack))
+                hit = None if j.id in touched else records.get(j.id)
+                # A pending job's ack does not move while it waits: no _ack();
+                # nor its record while the simulator touched nothing of it.
+                jobs.append(hit[1] if hit is not None else self._job(j, j.ack))
+        touched.clear()
         for j in sim.running.values():
             jobs.append(self._job(j, self._ack(j)))
         jobs.sort(key=_job_id)

@@ -440,6 +440,10 @@ class Simulator:
         self.benefit_delays: list[float] = []
         self._resv_version = 0
         self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
+        #: Jobs whose Slurm-visible record changed since the daemon's last
+        #: snapshot (state, run, restarts, priority, site factor, ack, begin
+        #: time, reservation): the driver rebuilds only these pending records.
+        self.touched: set[int] = set()
         #: clear_from results of the current backfill pass (see _earliest).
         self._clear_cache: dict[_ClearKey, float] = {}
         #: Shapes that found no start within bf_window in the current pass (see _earliest).
@@ -640,6 +644,7 @@ class Simulator:
         j.prio = int(self.slurm.weight_age * max(0.0, age)
                      + self.slurm.weight_fairshare * self.fs_factor[j.spec.account] + j.site_factor)
         j.key = (-j.tier, -j.prio, j.spec.submit, j.id)
+        self.touched.add(j.id)
 
     def _enqueue(self, j: SimJob) -> None:
         j.state = PENDING
@@ -652,6 +657,7 @@ class Simulator:
 
     def set_site_factor(self, j: SimJob, value: int) -> None:
         j.site_factor = value
+        self.touched.add(j.id)
         if j.state == PENDING:
             self._set_key(j)
             self._resort = True
@@ -689,6 +695,7 @@ class Simulator:
         j.alloc = alloc
         j.state = RUNNING
         j.ver += 1
+        self.touched.add(j.id)
         j.runs += 1
         self.pending_count -= 1
         j.pending_total += now - j.pend_since
@@ -723,6 +730,7 @@ class Simulator:
         self.busy -= j.gpus_now
         j.alloc = []
         j.ver += 1
+        self.touched.add(j.id)
         del self.running[j.id]
         self.run_gpus_by_acct[j.spec.account] -= j.gpus_now
         self.changed = True
@@ -778,6 +786,7 @@ class Simulator:
         j.saving = p
         j.overhead += j.spec.save_time
         j.ver += 1
+        self.touched.add(j.id)
         self.push(j.origin + (j.spec.duration - j.base) / j.rate, _END, j.id, j.ver)
         done = now + j.spec.save_time
         self.push(done, _SAVED, j.id, j.ver)
@@ -800,6 +809,7 @@ class Simulator:
             j.ckpt = max(j.ckpt, j.saving)
             j.saving = None
         j.ack = self.now
+        self.touched.add(j.id)
         self.changed = True
         if self.mode is Mode.SLURM_GRACE and j.preempting:
             # The job exits after saving; Slurm requeues it (it cannot tell why it exited).
@@ -1262,6 +1272,7 @@ class Simulator:
         self._resv_version += 1
         if j is not None and j.state == PENDING:
             j.resv = name
+            self.touched.add(j.id)
         self.kick()
         if start > self.now:
             self.kick(start - self.now)
@@ -1274,10 +1285,12 @@ class Simulator:
         j = self.by_id.get(r.job_id)
         if j is not None and j.resv == name:
             j.resv = None
+            self.touched.add(j.id)
         self.kick()
 
     def set_begin_time(self, j: SimJob, begin: float | None) -> None:
         j.begin_time = begin
+        self.touched.add(j.id)
         if begin is not None and begin > self.now:
             self.kick(begin - self.now)
         else:
