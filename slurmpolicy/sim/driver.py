@@ -320,10 +320,10 @@ class PolicyDriver:
         for key in sim.ordered():  # not sim.queue: it lacks jobs re-keyed since its sort
             j = by_id[key[-1]]
             if j.state == 0 and j.key is key:
-                hit = None if j.id in touched else records.get(j.id)
+                known = None if j.id in touched else records.get(j.id)
                 # A pending job's ack does not move while it waits: no _ack();
                 # nor its record while the simulator touched nothing of it.
-                jobs.append(hit[1] if hit is not None else self._job(j, j.ack))
+                jobs.append(known[1] if known is not None else self._job(j, j.ack))
         touched.clear()
         for j in sim.running.values():
             jobs.append(self._job(j, self._ack(j)))
