@@ -1031,10 +1031,10 @@ class Simulator:
         gpn, n = spec.gpus_per_node, spec.nodes
         extra = self._reservation_claims(j, now)
         who = (spec.user, j.id if j.resv is not None else None) if extra else None
-        # For the same reason, and because a started job only takes GPUs away,
-        # a job that needs at least as many nodes, GPUs per node and time as
-        # one that found no start within bf_window in this pass finds none
-        # either: most tested jobs of a deep queue, each a walk of every host.
+        # Claims only grow within a pass and a started job only takes GPUs
+        # away, so a job that needs at least as many nodes, GPUs per node and
+        # time as one that found no start within bf_window in this pass finds
+        # none either: most tested jobs of a deep queue, each a walk of every host.
         hopeless = self._hopeless.setdefault(who, [])
         for n0, g0, l0 in hopeless:
             if n0 <= n and g0 <= gpn and l0 <= limit:
