@@ -129,8 +129,10 @@ def _roundup(t: float, res: float) -> float:
     return math.ceil(t / res - 1e-9) * res if res > 0 else t
 
 
-#: clear_from's cache key: host, time, limit, whose reservations, claims so far.
-_ClearKey = tuple[int, float, float, tuple[str, int | None] | None, int]
+#: clear_from's cache key: host, time, limit, reservations the job may use, claims so far.
+_ClearKey = tuple[int, float, float, frozenset[str], int]
+#: No reservation names.
+_NO_NAMES: frozenset[str] = frozenset()
 
 
 def _merged(*lists: list[tuple[float, float]] | None) -> list[tuple[float, float]]:
@@ -439,7 +441,12 @@ class Simulator:
         self._progress = progress
         self.benefit_delays: list[float] = []
         self._resv_version = 0
-        self._resv_claims: dict[tuple[str, float, int], dict[int, list[tuple[float, float]]]] = {}
+        #: _reservation_claims' answers by the reservations that claim nothing
+        #: against a job, and its index of those by user and by job.
+        self._resv_claims: dict[tuple[frozenset[str], tuple[float, int]],
+                                dict[int, list[tuple[float, float]]]] = {}
+        self._resv_index: tuple[tuple[float, int], dict[str, frozenset[str]],
+                                dict[int, frozenset[str]]] | None = None
         #: Jobs whose Slurm-visible record changed since the daemon's last
         #: snapshot (state, run, restarts, priority, site factor, ack, begin
         #: time, reservation): the driver rebuilds only these pending records.
@@ -447,7 +454,7 @@ class Simulator:
         #: clear_from results of the current backfill pass (see _earliest).
         self._clear_cache: dict[_ClearKey, float] = {}
         #: Shapes that found no start within bf_window in the current pass (see _earliest).
-        self._hopeless: dict[tuple[str, int | None] | None, list[tuple[int, int, float]]] = {}
+        self._hopeless: list[tuple[int, int, float, frozenset[str]]] = []
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill
@@ -929,7 +936,7 @@ class Simulator:
         #: The node space map: per host, planned (start, end) claims of this pass.
         planned: dict[int, list[tuple[float, float]]] = {}
         self._clear_cache = {}
-        self._hopeless = {}
+        self._hopeless = []
         steps = _FreeSteps(self, now, res)
         window_end = now + sm.bf_window
         soon = now + self.min_limit
@@ -994,27 +1001,46 @@ class Simulator:
             end = min(end, r.signal_at + self.slurm.grace_time)
         return end
 
-    def _reservation_claims(self, j: SimJob, now: float) -> dict[int, list[tuple[float, float]]]:
-        """Our reservations as claims on their hosts, for a job they keep out
-        (not its own, not naming its user); one answer per user in a pass."""
+    def _reservation_claims(self, j: SimJob, now: float,
+                            ) -> tuple[frozenset[str], dict[int, list[tuple[float, float]]]]:
+        """Our reservations as claims on their hosts, for a job they keep out:
+        (the names of those that do not keep it out, its own or naming its
+        user; the others' claims by host). The names decide the claims, so
+        they key the answer (and the pass's searches, see :meth:`_earliest`)."""
         if not self.reservations:
-            return {}
-        key = (j.spec.user, now, self._resv_version)
-        if j.resv is None:
-            hit = self._resv_claims.get(key)
-            if hit is not None:
-                return hit
+            return _NO_NAMES, {}
+        version = (now, self._resv_version)
+        index = self._resv_index
+        if index is None or index[0] != version:
+            by_user: dict[str, set[str]] = {}
+            by_job: dict[int, set[str]] = {}
+            for r in self.reservations.values():
+                if r.end > now:
+                    by_job.setdefault(r.job_id, set()).add(r.name)
+                    for user in r.users:
+                        by_user.setdefault(user, set()).add(r.name)
+            index = self._resv_index = (
+                version, {u: frozenset(v) for u, v in by_user.items()},
+                {i: frozenset(v) for i, v in by_job.items()})
+        _, of_user, of_job = index
+        mine = of_user.get(j.spec.user, _NO_NAMES)
+        theirs = of_job.get(j.id)
+        if theirs is not None and not theirs <= mine:
+            mine = mine | theirs
+        key = (mine, version)
+        hit = self._resv_claims.get(key)
+        if hit is not None:
+            return mine, hit
         extra: dict[int, list[tuple[float, float]]] = {}
         for r in self.reservations.values():
-            if r.job_id == j.id or j.spec.user in r.users or r.end <= now:
+            if r.name in mine or r.end <= now:
                 continue
             for h in r.hosts:
                 bisect.insort(extra.setdefault(h, []), (r.start, r.end))
-        if j.resv is None:
-            if len(self._resv_claims) > 256:
-                self._resv_claims.clear()
-            self._resv_claims[key] = extra
-        return extra
+        if len(self._resv_claims) > 256:
+            self._resv_claims.clear()
+        self._resv_claims[key] = extra
+        return mine, extra
 
     def _earliest(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
                   steps: _FreeSteps, window_end: float,
@@ -1029,38 +1055,38 @@ class Simulator:
         now = self.now
         spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
-        extra = self._reservation_claims(j, now)
-        who = (spec.user, j.id if j.resv is not None else None) if extra else None
+        mine, extra = self._reservation_claims(j, now)
         # Claims only grow within a pass and a started job only takes GPUs
         # away, so a job that needs at least as many nodes, GPUs per node and
-        # time as one that found no start within bf_window in this pass finds
-        # none either: most tested jobs of a deep queue, each a walk of every host.
-        hopeless = self._hopeless.setdefault(who, [])
-        for n0, g0, l0 in hopeless:
-            if n0 <= n and g0 <= gpn and l0 <= limit:
+        # time as one that found no start within bf_window in this pass, and
+        # may use no reservation that one could not (so it meets every claim
+        # that one met), finds none either: most tested jobs of a deep queue,
+        # each a walk of every host.
+        for n0, g0, l0, mine0 in self._hopeless:
+            if n0 <= n and g0 <= gpn and l0 <= limit and mine <= mine0:
                 return math.inf, []
-        found = self._earliest_walk(j, planned, steps, window_end, limit, extra, who)
+        found = self._earliest_walk(j, planned, steps, window_end, limit, extra, mine)
         if not found[1]:
-            hopeless.append((n, gpn, limit))
+            self._hopeless.append((n, gpn, limit, mine))
         return found
 
     def _earliest_walk(self, j: SimJob, planned: dict[int, list[tuple[float, float]]],
                        steps: _FreeSteps, window_end: float, limit: float,
                        extra: dict[int, list[tuple[float, float]]],
-                       who: tuple[str, int | None] | None) -> tuple[float, list[int]]:
+                       mine: frozenset[str]) -> tuple[float, list[int]]:
         """:meth:`_earliest`'s search (``extra``: the reservations' claims on
-        ``j``, ``who``: whose they are)."""
+        ``j``, ``mine``: the reservations that make none, which name them)."""
         now = self.now
         spec = j.spec
         gpn, n = spec.gpus_per_node, spec.nodes
         ready = steps.ready(gpn)  # per host: first time with gpn GPUs free (inf: never)
-        # Claims only grow within a pass, so (host, time, limit, whose
-        # reservations, claims so far) names a result for the rest of it.
+        # Claims only grow within a pass, so (host, time, limit, the
+        # reservations the job may use, claims so far) names a result for the rest of it.
         cache = self._clear_cache
 
         def clear_from(h: int, t: float) -> float:
             p = planned.get(h)
-            key = (h, t, limit, who, len(p) if p else 0)
+            key = (h, t, limit, mine, len(p) if p else 0)
             hit = cache.get(key)
             if hit is not None:
                 return hit

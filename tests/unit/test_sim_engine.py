@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from slurmpolicy.sim import Hosts, replay
@@ -296,3 +298,37 @@ def test_a_replay_whose_jobs_can_no_longer_start_ends_with_a_reason() -> None:
     with pytest.raises(ReplayStalled, match=r"1 job\(s\) never started.*2 \(research, 1x8 GPUs, "
                                             r"lost from the queue\)"):
         sim.run()
+
+
+def test_backfill_answers_a_hopeless_shape_once_for_every_user_it_binds() -> None:
+    """A job that found no start in a backfill pass answers for every later job
+    at least as large that may use no reservation it could not: another user's
+    job is not searched again, the reservation's own user's job is."""
+    from dataclasses import replace
+
+    from slurmpolicy.sim.engine import _FreeSteps
+
+    trace = [job(1, 0, 8, 100, 200_000), replace(job(2, 0, 8, 100, 3600), user="a"),
+             replace(job(3, 0, 8, 100, 3600), user="b"),
+             replace(job(4, 0, 8, 100, 3600), user="owner")]
+    sim = Simulator(trace, Hosts.layout(2, 8, hosts_per_leaf=2), "slurm-grace")
+    sim._on_arrive(1, 0)
+    sim.schedule()  # job 1 holds host 0 beyond bf_window
+    for i in (2, 3, 4):
+        sim._on_arrive(i, 0)
+    # Host 1 is reserved for job 4 (MAGNETIC, its user) from now on.
+    sim.set_reservation("r", [sim.hosts.names[1]], 0.0, 10 * 86400.0, 4)
+    walked: list[int] = []
+    walk = sim._earliest_walk
+
+    def spy(j, *args):  # type: ignore[no-untyped-def]
+        walked.append(j.id)
+        return walk(j, *args)
+
+    sim._earliest_walk = spy  # type: ignore[method-assign]
+    steps = _FreeSteps(sim, 0.0, sim.slurm.bf_resolution)
+    window = sim.slurm.bf_window
+    found = {i: sim._earliest(sim.by_id[i], {}, steps, window, 3600.0) for i in (2, 3, 4)}
+    assert found[2] == (math.inf, []) and found[3] == (math.inf, [])
+    assert found[4] == (0.0, [1])
+    assert walked == [2, 4]
