@@ -128,8 +128,8 @@ def compute(ctx: Context) -> PriorityResult:
     order: dict[str, list[Job]] = {}
     heads: dict[str, int] = {}
     for part, jobs in ctx.pending_by_partition.items():
-        order[part] = sorted(jobs, key=lambda j: (-effective[j.job_id],
-                                                  j.submit_time or 0.0, j.job_id))
+        keys = [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in jobs]
+        order[part] = [jobs[i] for i in sorted(range(len(jobs)), key=keys.__getitem__)]
         head = next((j for j in order[part] if not blocked[j.job_id]), None)
         if head is not None:
             heads[part] = head.job_id
@@ -196,17 +196,23 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     # The jobs by position in ``order``: their policy priority, what Slurm's
     # priority holds besides the site factor, and the rest of Slurm's sort key.
     n = len(order)
-    ids = [j.job_id for j in order]
-    eff = [effective[i] for i in ids]
-    new_v = [new[i] for i in ids]
-    cur_v = [cur[i] for i in ids]
-    submit = [-(j.submit_time or 0.0) for j in order]
-    stale = [a != b for a, b in zip(new_v, cur_v, strict=True)]
-    taken = [i in chosen for i in ids]
+    ids: list[int] = []
+    eff: list[int] = []
+    stale: list[bool] = []
+    taken: list[bool] = []
     # Slurm's sort key of each job with the site factor it holds now, and once written.
-    cur_key = [(e - v + c, t, -i)
-               for e, v, c, t, i in zip(eff, new_v, cur_v, submit, ids, strict=True)]
-    new_key = [(e, t, -i) for e, t, i in zip(eff, submit, ids, strict=True)]
+    cur_key: list[tuple[int, float, int]] = []
+    new_key: list[tuple[int, float, int]] = []
+    for j in order:
+        i = j.job_id
+        e, v, c, t = effective[i], new[i], cur[i], -(j.submit_time or 0.0)
+        ids.append(i)
+        eff.append(e)
+        stale.append(v != c)
+        taken.append(i in chosen)
+        key = (e, t, -i)
+        new_key.append(key)
+        cur_key.append(key if v == c else (e - v + c, t, -i))
 
     for _ in range(_MAX_PASSES):
         added = False

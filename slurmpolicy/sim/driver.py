@@ -324,9 +324,13 @@ class PolicyDriver:
                 # A pending job's ack does not move while it waits: no _ack();
                 # nor its record while the simulator touched nothing of it.
                 jobs.append(known[1] if known is not None else self._job(j, j.ack))
-        touched.clear()
         for j in sim.running.values():
-            jobs.append(self._job(j, self._ack(j)))
+            ack = self._ack(j)
+            known = None if j.id in touched else records.get(j.id)
+            # Untouched, a running job's record moves with its periodic ack alone.
+            jobs.append(known[1] if known is not None and known[0][4] == ack
+                        else self._job(j, ack))
+        touched.clear()
         jobs.sort(key=_job_id)
         alive = {x.job_id for x in jobs}
         if len(self._jobs) > 2 * len(alive) + 1000:

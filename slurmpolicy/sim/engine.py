@@ -152,21 +152,27 @@ class _FreeSteps:
         self.now = now
         self.res = res
         free = sim.hosts.free
-        events: dict[int, list[tuple[float, int]]] = {}
+        # (host, end, GPUs) of every running job's hosts, sorted once.
+        ends: list[tuple[int, float, int]] = []
+        expected_end = sim._expected_end
         for r in sim.running.values():
-            end = max(now, _roundup(sim._expected_end(r), res))
-            for h, g in r.alloc:
-                events.setdefault(h, []).append((end, g))
-        self.steps: list[list[tuple[float, int]]] = []
-        for h, f in enumerate(free):
-            row = [(now, f)]
-            for t, g in sorted(events.get(h, ())):
-                f += g
-                if t == row[-1][0]:
-                    row[-1] = (t, f)
-                else:
-                    row.append((t, f))
-            self.steps.append(row)
+            end = _roundup(expected_end(r), res)
+            if end < now:
+                end = now
+            ends.extend((h, end, g) for h, g in r.alloc)
+        ends.sort()
+        self.steps: list[list[tuple[float, int]]] = [[(now, f)] for f in free]
+        steps = self.steps
+        row: list[tuple[float, int]] = []
+        last = -1
+        for h, t, g in ends:
+            if h != last:
+                row, last = steps[h], h
+            f = row[-1][1] + g
+            if t == row[-1][0]:
+                row[-1] = (t, f)
+            else:
+                row.append((t, f))
         self._ready: dict[int, list[float]] = {}
         self._order: dict[int, list[int]] = {}
 
@@ -960,9 +966,12 @@ class Simulator:
                 continue  # nothing can start now and this job may not preempt
             limit = _roundup(spec.time_limit, res)
             stop = now + limit
-            claimed = {h for h, c in planned.items() if c[0][0] < stop}
+            # Hosts a higher job's planned start claims before this one would end;
+            # built only for a placement or a preemption that reads them.
+            claimed: set[int] | None = None
             alloc = None
             if open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node:
+                claimed = {h for h, c in planned.items() if c[0][0] < stop}
                 alloc = self._try_place(j, avoid=claimed)
             if alloc is not None:
                 self._start(j, alloc)
@@ -972,7 +981,11 @@ class Simulator:
                     if free[h] <= 0:
                         open_hosts.discard(h)
                 continue
-            freed = self._preempt_for(j, claimed, no_victims)
+            freed: list[int] = []
+            if baseline and j.tier > 1 and not j.preempt_asked:  # else _preempt_for frees nothing
+                if claimed is None:
+                    claimed = {h for h, c in planned.items() if c[0][0] < stop}
+                freed = self._preempt_for(j, claimed, no_victims)
             if freed:
                 # The freed hosts are the beneficiary's in this pass's plan.
                 for h in freed:
