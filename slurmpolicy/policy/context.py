@@ -73,8 +73,8 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "end", "job", "job_class", "policy", "quota",
-                 "rank", "site_base")
+    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "job", "job_class", "policy",
+                 "quota", "rank", "since", "site_base")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -98,6 +98,11 @@ class JobInfo:
         #: job with a start time (None without one: then it counts from now).
         self.end = (None if job.start_time is None
                     else _planned_end(job.start_time, policy.expected_runtime, job.time_limit))
+        #: Where its wait counts from (aging), and what its shape's "fragmented
+        #: now?" answer depends on (priority.compute asks once per shape).
+        self.since = job.eligible_time or job.submit_time
+        self.frag_key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,
+                         job.gpus_per_node, job.node_count)
 
 
 def _planned_end(start: float, runtime: float | None, limit: float | None) -> float:

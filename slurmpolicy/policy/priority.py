@@ -13,6 +13,7 @@ drifts that change no order cost nothing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from slurmpolicy.model import Job
@@ -108,13 +109,12 @@ def compute(ctx: Context) -> PriorityResult:
         elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
             frag = ctx.fragmentation_blocked(job)
         else:
-            key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,
-                   job.gpus_per_node, job.node_count)
+            key = info.frag_key
             hit = frag_by_shape.get(key)
             if hit is None:
                 hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
             frag = hit
-        since = job.eligible_time or job.submit_time
+        since = info.since
         wait = (now - since if now - since > 0.0 else 0.0) if since is not None else 0.0
         wait_hours = (wait if wait < max_age else max_age) / 3600.0
         value = (info.site_base + points.get(job.account, 0) + round(wait_hours * per_hour)
@@ -177,6 +177,8 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
 
 #: Passes of the order check before every changed job of a group is written.
 _MAX_PASSES = 64
+#: Above every Slurm sort key: no job must stay ahead yet.
+_NO_KEY = (math.inf, math.inf, math.inf)
 
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
@@ -214,25 +216,31 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
         new_key.append(key)
         cur_key.append(key if v == c else (e - v + c, t, -i))
 
+    # Slurm's key of each job as it stands: once chosen, the written one.
+    skey = cur_key
+    for x in range(n):
+        if taken[x]:
+            skey[x] = new_key[x]
     for _ in range(_MAX_PASSES):
         added = False
-        lowest: tuple[int, float, int] | None = None  # the weakest job that must stay ahead
+        lowest = _NO_KEY  # the weakest job that must stay ahead (none yet)
         weakest = -1
         ahead = 0
         for x in range(n):
             # Every job at least ``threshold`` above x must stay ahead of it in Slurm.
             bar = eff[x] + threshold
             while ahead < n and ahead != x and eff[ahead] >= bar:
-                key = new_key[ahead] if taken[ahead] else cur_key[ahead]
-                if lowest is None or key < lowest:
+                key = skey[ahead]
+                if key < lowest:
                     lowest, weakest = key, ahead
                 ahead += 1
-            if lowest is None or lowest > (new_key[x] if taken[x] else cur_key[x]):
+            if lowest > skey[x]:
                 continue
             # Out of order: move the one whose site factor is stale.
             target = x if stale[x] and not taken[x] else weakest
             if not taken[target] and stale[target]:
                 taken[target] = True
+                skey[target] = new_key[target]
                 chosen.add(ids[target])
                 added = True
         if not added:

@@ -59,7 +59,7 @@ from slurmpolicy.policy.actions import (
     VictimState,
 )
 from slurmpolicy.settings import doorbell_classes
-from slurmpolicy.sim.engine import SimJob, Simulator
+from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator
 
 
 class PolicyUnavailable(ConfigError):
@@ -96,6 +96,7 @@ class PolicyDriver:
         self.open = False
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
+        self._reservations: dict[str, tuple[SimReservation, Reservation]] = {}
         self._policy_text: dict[tuple[str, float, float, int | None, int], str] = {}
         self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
                                    priority_tier=1, preempt_mode="OFF")
@@ -332,8 +333,8 @@ class PolicyDriver:
                         else self._job(j, ack))
         touched.clear()
         jobs.sort(key=_job_id)
-        alive = {x.job_id for x in jobs}
-        if len(self._jobs) > 2 * len(alive) + 1000:
+        if len(self._jobs) > 2 * len(jobs) + 1000:
+            alive = {x.job_id for x in jobs}
             self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
         hosts = sim.hosts
         nodes = []
@@ -351,17 +352,27 @@ class PolicyDriver:
                 )
                 hit = self._nodes[h] = (free, node)
             nodes.append(hit[1])
-        reservations = tuple(
-            Reservation(name=r.name, nodes=tuple(hosts.names[h] for h in r.hosts),
-                        start_time=EPOCH + r.start, end_time=EPOCH + r.end,
-                        flags=frozenset({"MAGNETIC", "IGNORE_JOBS"} if r.users
-                                        else {"IGNORE_JOBS"}),
-                        users=r.users or ((sim.by_id[r.job_id].spec.user,)
-                                          if r.job_id in sim.by_id else ()))
-            for r in sim.reservations.values())
+        reservations = tuple(self._reservation(r) for r in sim.reservations.values())
         return Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
                         cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),
                         partitions=(self.partition,), reservations=reservations)
+
+
+    def _reservation(self, r: SimReservation) -> Reservation:
+        """The Reservation record of ``r`` as scontrol shows it (kept while ``r`` is)."""
+        hit = self._reservations.get(r.name)
+        if hit is not None and hit[0] is r:
+            return hit[1]
+        sim = self.sim
+        record = Reservation(
+            name=r.name, nodes=tuple(sim.hosts.names[h] for h in r.hosts),
+            start_time=EPOCH + r.start, end_time=EPOCH + r.end,
+            flags=frozenset({"MAGNETIC", "IGNORE_JOBS"} if r.users else {"IGNORE_JOBS"}),
+            users=r.users or ((sim.by_id[r.job_id].spec.user,) if r.job_id in sim.by_id else ()))
+        if len(self._reservations) > 2 * len(sim.reservations) + 100:
+            self._reservations.clear()
+        self._reservations[r.name] = (r, record)
+        return record
 
 
 _job_id = attrgetter("job_id")

@@ -333,7 +333,7 @@ class SimJob:
         return max(self.ckpt, min(periodic, p))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SimReservation:
     name: str
     hosts: tuple[int, ...]
@@ -461,6 +461,8 @@ class Simulator:
         self._clear_cache: dict[_ClearKey, float] = {}
         #: Shapes that found no start within bf_window in the current pass (see _earliest).
         self._hopeless: list[tuple[int, int, float, frozenset[str]]] = []
+        #: Shapes that found no hosts to start on now in the current pass (see _fits_nowhere).
+        self._no_fit: list[tuple[int, int, float, frozenset[str]]] = []
         self.bf_passes = 0
         self.bf_reservations = 0
         #: The shortest time limit of the trace: a host is of use to a backfill
@@ -943,6 +945,7 @@ class Simulator:
         planned: dict[int, list[tuple[float, float]]] = {}
         self._clear_cache = {}
         self._hopeless = []
+        self._no_fit = []
         steps = _FreeSteps(self, now, res)
         window_end = now + sm.bf_window
         soon = now + self.min_limit
@@ -970,9 +973,13 @@ class Simulator:
             # built only for a placement or a preemption that reads them.
             claimed: set[int] | None = None
             alloc = None
-            if open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node:
+            if (open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node
+                    and not self._fits_nowhere(j)):
                 claimed = {h for h, c in planned.items() if c[0][0] < stop}
                 alloc = self._try_place(j, avoid=claimed)
+                if alloc is None and j.resv is None and spec.min_nodes is None:
+                    self._no_fit.append((spec.nodes, spec.gpus_per_node, spec.time_limit,
+                                         self._reservation_claims(j, now)[0]))
             if alloc is not None:
                 self._start(j, alloc)
                 started = True
@@ -987,6 +994,9 @@ class Simulator:
                     claimed = {h for h, c in planned.items() if c[0][0] < stop}
                 freed = self._preempt_for(j, claimed, no_victims)
             if freed:
+                # A requeued victim gives back GPUs, maybe on hosts beyond these:
+                # what found no hosts before may now.
+                self._no_fit.clear()
                 # The freed hosts are the beneficiary's in this pass's plan.
                 for h in freed:
                     bisect.insort(planned.setdefault(h, []), (now, now + limit))
@@ -1004,6 +1014,23 @@ class Simulator:
                     open_hosts.discard(h)
         if started:
             self._bf_changed = True
+
+    def _fits_nowhere(self, j: SimJob) -> bool:
+        """In a backfill pass: ``j`` cannot start now, as a job tested earlier in
+        the pass could not. Within a pass GPUs only get taken and claims only
+        grow, and a longer time limit runs into more claims and reservations;
+        so a job needing at least as many nodes, GPUs per node and time, that
+        may use no reservation the earlier one could not, fits nowhere either.
+        A preemption that requeues its victims gives GPUs back and empties
+        the memo. (A job in its own reservation, or an elastic one, is always
+        placed.)"""
+        if j.resv is not None or j.spec.min_nodes is not None or not self._no_fit:
+            return False
+        spec = j.spec
+        n, gpn, limit = spec.nodes, spec.gpus_per_node, spec.time_limit
+        mine = self._reservation_claims(j, self.now)[0]
+        return any(n0 <= n and g0 <= gpn and l0 <= limit and mine <= mine0
+                   for n0, g0, l0, mine0 in self._no_fit)
 
     def _expected_end(self, r: SimJob) -> float:
         """When Slurm expects a running job to end: its time limit, or, for a

@@ -332,3 +332,33 @@ def test_backfill_answers_a_hopeless_shape_once_for_every_user_it_binds() -> Non
     assert found[2] == (math.inf, []) and found[3] == (math.inf, [])
     assert found[4] == (0.0, [1])
     assert walked == [2, 4]
+
+
+def test_backfill_tries_a_shape_that_fits_nowhere_once_for_every_user_it_binds() -> None:
+    """Within a pass, a job that found no hosts to start on answers for later
+    jobs at least as large that may use no reservation it could not; a job of
+    the user a reservation names is still placed (in it)."""
+    from dataclasses import replace
+
+    trace = [replace(job(1, 0, 8, 100, 200_000), user="owner"),
+             replace(job(2, 0, 8, 100, 3600), user="a"),
+             replace(job(3, 0, 8, 100, 3600), user="b"),
+             replace(job(5, 0, 8, 100, 3600), user="owner")]
+    sim = Simulator(trace, Hosts.layout(2, 8, hosts_per_leaf=2), "slurm-grace")
+    sim._on_arrive(1, 0)
+    sim.schedule()  # job 1 holds host 0
+    # Host 1 is reserved for user "owner" (job 1's MAGNETIC reservation) from now on.
+    sim.set_reservation("r", [sim.hosts.names[1]], 0.0, 10 * 86400.0, 1)
+    for i in (2, 3, 5):
+        sim._on_arrive(i, 0)
+    tried: list[int] = []
+    try_place = sim._try_place
+
+    def spy(j, avoid=None):  # type: ignore[no-untyped-def]
+        tried.append(j.id)
+        return try_place(j, avoid)
+
+    sim._try_place = spy  # type: ignore[method-assign]
+    sim.backfill()
+    assert tried == [2, 5]
+    assert sim.by_id[5].state == 1 and sim.by_id[2].state == 0 and sim.by_id[3].state == 0
