@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 from slurmpolicy.durations import humanize
 from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint
@@ -181,6 +182,8 @@ class _Round:
     #: Searches that found nothing, by what they depend on (see ``_search_key``);
     #: valid until a preemption starts (that changes the three sets above).
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
+    #: _eligible_victims answers by rank and hosts, valid as long as ``failed``.
+    eligible: dict[tuple[int, tuple[str, ...]], dict[int, Job]] = field(default_factory=dict)
 
 
 def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, int]:
@@ -270,7 +273,11 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
         hosts.append(h)
     counts = ctx.gpu_counts(gpu_type)
     free = {h: counts[h][1] for h in hosts}
-    eligible = _eligible_victims(ctx, hosts, rank, state, None)
+    # Beneficiaries of one rank mostly see the same hosts: one walk for them all.
+    walked = (rank, tuple(hosts))
+    known = state.eligible.get(walked)
+    eligible = (known if known is not None else
+                state.eligible.setdefault(walked, _eligible_victims(ctx, hosts, rank, state, None)))
     if not eligible:
         # The refusals are worded only when they are the answer (the same walk again).
         refusals: dict[str, list[str]] = {}
@@ -334,16 +341,21 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
         cost = lost = 0.0
         rigid = 0  # victims that would be evicted rather than shrunk (policy/elastic.py)
         got = free.get(h, 0)
-        for v in sorted(by_host.get(h, ()), key=lambda v: _sort_key(ctx, v)):
+        for key, v in sorted(((_sort_key(ctx, v), v) for v in by_host.get(h, ())),
+                             key=_first):
             if got >= gpn:
                 break
             got += _gpus_on(v, h)
-            cost += preemption_cost(ctx, v)
-            lost += lost_work(ctx, v)
-            rigid += elastic.node_range(ctx, v) is None
+            # The sort key holds preemption_cost, lost_work and "rigid" already.
+            cost += key[2]
+            lost += key[3]
+            rigid += key[4]
         costs.append((cost, lost, rigid, h not in shape.prefer, h))
     costs.sort()
     return frozenset(h for *_, h in costs[:shape.nodes])
+
+
+_first = itemgetter(0)
 
 
 def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],
@@ -460,6 +472,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
             state.allocated[v.account] = state.allocated.get(v.account, 0) - job_gpus(v)
         state.claimed.update(hosts)
         state.failed.clear()
+        state.eligible.clear()
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "

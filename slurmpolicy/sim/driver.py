@@ -188,15 +188,24 @@ class PolicyDriver:
         """Forget what the journal would no longer hand back: closed preemptions,
         preemption times older than a day, site factors of jobs that left."""
         sim = self.sim
-        alive = {jid for jid, f in intents.site_factors.items()
-                 if (j := sim.by_id.get(jid)) is not None and j.state != 2}
+        # Only a job that ended leaves the site factors (every id in them is
+        # one of the simulator's jobs): most cycles none of them did.
+        ended = sim.ended
+        factors = intents.site_factors
+        if any(jid in factors for jid in ended):
+            gone = set(ended)
+            factors = {jid: f for jid, f in factors.items() if jid not in gone}
+        ended.clear()
         day = now - 86400.0
+        preempted_at = intents.preempted_at
+        if any(not ts or ts[0] <= day for ts in preempted_at.values()):  # oldest first
+            preempted_at = {jid: kept for jid, ts in preempted_at.items()
+                            if (kept := tuple(t for t in ts if t > day))}
         return replace(
             intents,
             preemptions=tuple(p for p in intents.preemptions if p.open),
-            preempted_at={jid: kept for jid, ts in intents.preempted_at.items()
-                          if (kept := tuple(t for t in ts if t > day))},
-            site_factors={jid: intents.site_factors[jid] for jid in alive},
+            preempted_at=preempted_at,
+            site_factors=factors,
             begin_times={jid: b for jid, b in intents.begin_times.items()
                          if (j := sim.by_id.get(jid)) is not None and j.state == 0},
         )

@@ -457,6 +457,8 @@ class Simulator:
         #: snapshot (state, run, restarts, priority, site factor, ack, begin
         #: time, reservation): the driver rebuilds only these pending records.
         self.touched: set[int] = set()
+        #: Jobs that ended since the daemon's last cycle (its journal forgets them).
+        self.ended: list[int] = []
         #: clear_from results of the current backfill pass (see _earliest).
         self._clear_cache: dict[_ClearKey, float] = {}
         #: Shapes that found no start within bf_window in the current pass (see _earliest).
@@ -760,8 +762,10 @@ class Simulator:
         j.state = DONE
         j.end = self.now
         self.finished += 1
-        if j.resv is not None and self.driver is not None:
-            self.driver.job_ended(j)
+        if self.driver is not None:
+            self.ended.append(j.id)
+            if j.resv is not None:
+                self.driver.job_ended(j)
         self.kick()
 
     def requeue(self, j: SimJob, keep: float, shrink_to: int | None = None) -> None:
