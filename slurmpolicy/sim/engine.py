@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -174,7 +174,13 @@ class _FreeSteps:
             else:
                 row.append((t, f))
         self._ready: dict[int, list[float]] = {}
-        self._order: dict[int, list[int]] = {}
+        #: Hosts whose steps or planned claims changed in this pass, in order.
+        self.changed: list[int] = []
+        #: _earliest's one-node answers by shape: (heap, value by host, how
+        #: much of ``changed`` they have seen).
+        self.one_node: dict[tuple[int, float, frozenset[str]],
+                            tuple[list[tuple[float, int, int]],
+                                  dict[int, tuple[float, int, int]], int]] = {}
 
     def started(self, j: SimJob, end: float) -> None:
         """A job started in this pass: its GPUs are busy until ``end``."""
@@ -186,8 +192,8 @@ class _FreeSteps:
                 new.append((end, before[-1] + 0 if before else 0))
                 new.sort()
             self.steps[h] = new
+            self.changed.append(h)
         self._ready.clear()
-        self._order.clear()
 
     def free_at(self, h: int, t: float) -> int:
         f = 0
@@ -210,15 +216,6 @@ class _FreeSteps:
                         break
                 hit.append(t)
             self._ready[gpn] = hit
-        return hit
-
-    def order(self, gpn: int) -> list[int]:
-        """Hosts in the order they first have ``gpn`` GPUs free (ties: by index)."""
-        hit = self._order.get(gpn)
-        if hit is None:
-            ready = self.ready(gpn)
-            hit = sorted(range(len(ready)), key=ready.__getitem__)
-            self._order[gpn] = hit
         return hit
 
 
@@ -1004,6 +1001,7 @@ class Simulator:
                 # The freed hosts are the beneficiary's in this pass's plan.
                 for h in freed:
                     bisect.insort(planned.setdefault(h, []), (now, now + limit))
+                    steps.changed.append(h)
                     open_hosts.discard(h)
                 continue
             if not open_hosts:
@@ -1014,6 +1012,7 @@ class Simulator:
             self.bf_reservations += 1
             for h in chosen:
                 bisect.insort(planned.setdefault(h, []), (start, start + limit))
+                steps.changed.append(h)
                 if start < soon:
                     open_hosts.discard(h)
         if started:
@@ -1145,21 +1144,31 @@ class Simulator:
             return t
 
         if n == 1:
-            best = (math.inf, 0, -1)
-            for h in steps.order(gpn):  # hosts by the time they have the GPUs
+            # The host whose (time clear of claims, free GPUs then, index) is
+            # least, among those that have the GPUs within the window. Kept per
+            # shape for the pass in a heap: a claim or a start in between
+            # changes only its own hosts (steps.changed), which are worked out
+            # again; an entry that no longer holds is dropped when it surfaces.
+            shape = (gpn, limit, mine)
+            heap, value, seen = steps.one_node.get(shape) or ([], {}, -1)
+            todo: Iterable[int] = range(len(ready)) if seen < 0 else set(steps.changed[seen:])
+            for h in todo:
                 t = ready[h]
-                if t > best[0] or t > window_end:
-                    break
+                if t > window_end:
+                    value.pop(h, None)  # ready only moves later in a pass
+                    continue
                 if h in planned or h in extra:
                     t = clear_from(h, t)
-                    if t > best[0]:
-                        continue
                 cand = (t, steps.free_at(h, t), h)
-                if cand < best:
-                    best = cand
-            if best[2] < 0 or best[0] > window_end:
+                if value.get(h) != cand:
+                    value[h] = cand
+                    heapq.heappush(heap, cand)
+            steps.one_node[shape] = (heap, value, len(steps.changed))
+            while heap and value.get(heap[0][2]) != heap[0]:
+                heapq.heappop(heap)
+            if not heap or heap[0][0] > window_end:
                 return math.inf, []
-            return best[0], [best[2]]
+            return heap[0][0], [heap[0][2]]
         times = sorted({t for t in ready if t <= window_end}
                        | {e for c in (*planned.values(), *extra.values())
                           for _, e in c if now < e <= window_end})
