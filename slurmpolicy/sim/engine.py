@@ -174,6 +174,7 @@ class _FreeSteps:
             else:
                 row.append((t, f))
         self._ready: dict[int, list[float]] = {}
+        self._order: dict[int, list[int]] = {}
         #: Hosts whose steps or planned claims changed in this pass, in order.
         self.changed: list[int] = []
         #: _earliest's one-node answers by shape: (heap, value by host, how
@@ -194,6 +195,7 @@ class _FreeSteps:
             self.steps[h] = new
             self.changed.append(h)
         self._ready.clear()
+        self._order.clear()
 
     def free_at(self, h: int, t: float) -> int:
         f = 0
@@ -216,6 +218,15 @@ class _FreeSteps:
                         break
                 hit.append(t)
             self._ready[gpn] = hit
+        return hit
+
+    def order(self, gpn: int) -> list[int]:
+        """Hosts in the order they first have ``gpn`` GPUs free (ties: by index)."""
+        hit = self._order.get(gpn)
+        if hit is None:
+            ready = self.ready(gpn)
+            hit = sorted(range(len(ready)), key=ready.__getitem__)
+            self._order[gpn] = hit
         return hit
 
 
@@ -1150,7 +1161,28 @@ class Simulator:
             # changes only its own hosts (steps.changed), which are worked out
             # again; an entry that no longer holds is dropped when it surfaces.
             shape = (gpn, limit, mine)
-            heap, value, seen = steps.one_node.get(shape) or ([], {}, -1)
+            kept = steps.one_node.get(shape)
+            if kept is None:
+                # The first search of a shape in a pass walks hosts by the time
+                # they have the GPUs and stops at the first that cannot beat
+                # the best; the heap pays off only for a shape searched again.
+                steps.one_node[shape] = ([], {}, -1)
+                best = (math.inf, 0, -1)
+                for h in steps.order(gpn):
+                    t = ready[h]
+                    if t > best[0] or t > window_end:
+                        break
+                    if h in planned or h in extra:
+                        t = clear_from(h, t)
+                        if t > best[0]:
+                            continue
+                    cand = (t, steps.free_at(h, t), h)
+                    if cand < best:
+                        best = cand
+                if best[2] < 0 or best[0] > window_end:
+                    return math.inf, []
+                return best[0], [best[2]]
+            heap, value, seen = kept
             todo: Iterable[int] = range(len(ready)) if seen < 0 else set(steps.changed[seen:])
             for h in todo:
                 t = ready[h]
