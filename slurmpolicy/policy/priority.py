@@ -203,24 +203,21 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     stale: list[bool] = []
     taken: list[bool] = []
     # Slurm's sort key of each job with the site factor it holds now, and once written.
-    cur_key: list[tuple[int, float, int]] = []
     new_key: list[tuple[int, float, int]] = []
+    # Slurm's key of each job as it stands: the site factor it holds now, or
+    # once chosen, the written one.
+    skey: list[tuple[int, float, int]] = []
     for j in order:
         i = j.job_id
         e, v, c, t = effective[i], new[i], cur[i], -(j.submit_time or 0.0)
+        chosen_now = i in chosen
         ids.append(i)
         eff.append(e)
         stale.append(v != c)
-        taken.append(i in chosen)
+        taken.append(chosen_now)
         key = (e, t, -i)
         new_key.append(key)
-        cur_key.append(key if v == c else (e - v + c, t, -i))
-
-    # Slurm's key of each job as it stands: once chosen, the written one.
-    skey = cur_key
-    for x in range(n):
-        if taken[x]:
-            skey[x] = new_key[x]
+        skey.append(key if v == c or chosen_now else (e - v + c, t, -i))
     for _ in range(_MAX_PASSES):
         added = False
         lowest = _NO_KEY  # the weakest job that must stay ahead (none yet)

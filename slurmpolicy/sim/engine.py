@@ -966,6 +966,11 @@ class Simulator:
         tested = 0
         started = False
         no_victims: set[tuple[int, int, int]] = set()
+
+        def claims_before(stop: float) -> set[int]:
+            """Hosts a higher job's planned start claims before ``stop``."""
+            return {h for h, c in planned.items() if c[0][0] < stop}
+
         baseline = self.mode is not Mode.SLURMPOLICY
         for key in queue:
             j = self.by_id[key[-1]]
@@ -987,7 +992,7 @@ class Simulator:
             alloc = None
             if (open_hosts and max(free[h] for h in open_hosts) >= spec.gpus_per_node
                     and not self._fits_nowhere(j)):
-                claimed = {h for h, c in planned.items() if c[0][0] < stop}
+                claimed = claims_before(stop)
                 alloc = self._try_place(j, avoid=claimed)
                 if alloc is None and j.resv is None and spec.min_nodes is None:
                     self._no_fit.append((spec.nodes, spec.gpus_per_node, spec.time_limit,
@@ -1003,7 +1008,7 @@ class Simulator:
             freed: list[int] = []
             if baseline and j.tier > 1 and not j.preempt_asked:  # else _preempt_for frees nothing
                 if claimed is None:
-                    claimed = {h for h, c in planned.items() if c[0][0] < stop}
+                    claimed = claims_before(stop)
                 freed = self._preempt_for(j, claimed, no_victims)
             if freed:
                 # A requeued victim gives back GPUs, maybe on hosts beyond these:
