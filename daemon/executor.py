@@ -477,6 +477,9 @@ class Executor:
         report = self._report
         actions = _in_order(plan.actions)
         pending = list(actions)
+        # What the planner saw (not a Slurm call): the fragmentation bonus's memory.
+        if plan.fragmented_since is not None:
+            self.journal.set_fragmented(plan.fragmented_since)
         try:
             self._cleanup_orphans(snapshot)
             self._shrink_requeued(snapshot)

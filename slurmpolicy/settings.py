@@ -83,8 +83,10 @@ class Aging(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     points_per_hour: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 100.0
     #: Aging stops adding after this long.
     max_age: Seconds = 7 * 86400.0
-    #: Extra points per hour for a job blocked only by fragmentation.
-    fragmentation_bonus_per_hour: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 200.0
+    #: Extra points per hour since the daemon first saw the job blocked by
+    #: fragmentation alone (kept while it waits; docs/policy.md). Off by
+    #: default: starvation reservations are what place such jobs.
+    fragmentation_bonus_per_hour: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
 
 
 class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):

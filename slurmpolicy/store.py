@@ -294,6 +294,9 @@ class Journal:
         self.db.table("job_identity").create(
             {"job_id": int, "cluster": str, "since": float, "submit": float, "restarts": int},
             pk="job_id", if_not_exists=True)
+        # Pending jobs seen blocked by fragmentation alone (Intents.fragmented_since).
+        self.db.table("fragmented").create({"job_id": int, "since": float}, pk="job_id",
+                                           if_not_exists=True)
         self._identities: dict[int, tuple[str, float, float | None, int]] | None = None
 
     # ------------------------------------------------------------ identities
@@ -330,7 +333,7 @@ class Journal:
                     self.db.table("job_identity").upsert_all(changed, pk="job_id")
                 for job_id in reused:
                     for table in ("missed_acks", "preemption_times", "site_factors",
-                                  "begin_times"):
+                                  "begin_times", "fragmented"):
                         self.db.execute(f"delete from {table} where job_id = ?", [job_id])
         return reused
 
@@ -585,6 +588,21 @@ class Journal:
             [{"job_id": j, "site_factor": v, "set_at": now} for j, v in values.items()],
             pk="job_id")
 
+    def set_fragmented(self, since: Mapping[int, float]) -> None:
+        """Keep exactly ``since`` (job id -> when first seen blocked by fragmentation
+        alone): the plan's pending jobs with the bonus; the rest stopped waiting."""
+        known = {int(r["job_id"]): float(r["since"])
+                 for r in self.db.query("select job_id, since from fragmented")}
+        new = [{"job_id": j, "since": t} for j, t in since.items() if known.get(j) != t]
+        gone = [(j,) for j in known if j not in since]
+        if not new and not gone:
+            return
+        with self.transaction():
+            if new:
+                self.db.table("fragmented").upsert_all(new, pk="job_id")
+            if gone:
+                self.db.conn.executemany("delete from fragmented where job_id = ?", gone)
+
     def forget_jobs(self, keep: Iterable[int]) -> None:
         """Drop site factors of jobs Slurm no longer knows (keeps the table small)."""
         alive = set(keep)
@@ -682,10 +700,14 @@ class Journal:
                    for r in self.db.query("select job_id, site_factor from site_factors")}
         begins = {int(r["job_id"]): r["begin_time"]
                   for r in self.db.query("select job_id, begin_time from begin_times")}
+        fragmented = ({int(r["job_id"]): float(r["since"])
+                       for r in self.db.query("select job_id, since from fragmented")}
+                      if "fragmented" in self.db.table_names() else {})
         return Intents(
             preemptions=tuple(preemptions), reservations=reservations, usage=usage,
             usage_at=usage_at, preempted_at={k: tuple(v) for k, v in times.items()},
             missed_acks=missed, site_factors=factors, begin_times=begins,
+            fragmented_since=fragmented,
         )
 
     # ------------------------------------------------------------------ audit

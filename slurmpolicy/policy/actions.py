@@ -158,6 +158,10 @@ class Plan:
     actions: tuple[Action, ...] = ()
     #: Per-job effective priorities as computed (site factor + Slurm's), for views.
     effective_priority: Mapping[int, int] = field(default_factory=dict)
+    #: Pending jobs seen blocked by fragmentation alone, since when (epoch
+    #: seconds): the daemon journals it as ``Intents.fragmented_since``
+    #: (None: a plan made by hand, which leaves the journal's as it is).
+    fragmented_since: Mapping[int, float] | None = None
 
     def of_kind(self, kind: type[Action]) -> list[Action]:
         return [a for a in self.actions if isinstance(a, kind)]
@@ -235,6 +239,9 @@ class Intents:
     site_factors: Mapping[int, int] = field(default_factory=dict)
     #: Begin times the daemon last set for deferrable jobs (None: released).
     begin_times: Mapping[int, float | None] = field(default_factory=dict)
+    #: Pending jobs the daemon saw blocked by fragmentation alone, and when it
+    #: first did: they keep the fragmentation bonus while they wait.
+    fragmented_since: Mapping[int, float] = field(default_factory=dict)
 
     def open_preemptions(self) -> list[PreemptionIntent]:
         return [p for p in self.preemptions if p.open]

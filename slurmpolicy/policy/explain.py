@@ -282,7 +282,7 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
         ahead[name] = ahead.get(name, 0) + 1
     kind, text = _blocking(ctx, job, prio, position)
     start, basis = _estimate(ctx, job, kind)
-    factors = priority.factors(ctx, job, prio.fragmented.get(job.job_id))
+    factors = priority.factors(ctx, job, job.job_id in prio.bonus)
     notes.append(f"site factor {factors.total}: {factors.describe()}")
     if kind in ("fragmentation", "resources"):
         starving = reservations.starving(ctx, prio, job)

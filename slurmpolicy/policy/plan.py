@@ -69,7 +69,8 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
     actions.extend(deferral.deferral_actions(ctx))
     actions.extend(priority.site_factor_actions(ctx, prio))
-    return Plan(actions=tuple(actions), effective_priority=prio.effective)
+    return Plan(actions=tuple(actions), effective_priority=prio.effective,
+                fragmented_since=prio.fragmented_since)
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:
@@ -129,4 +130,6 @@ def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:
                     p, state=PreemptionState.ABORTED if action.aborted else PreemptionState.DONE)
     return replace(intents, preemptions=tuple(preemptions.values()),
                    reservations=tuple(res.values()), preempted_at=preempted_at,
-                   missed_acks=missed, site_factors=site, begin_times=begin)
+                   missed_acks=missed, site_factors=site, begin_times=begin,
+                   fragmented_since=(intents.fragmented_since if plan.fragmented_since is None
+                                     else plan.fragmented_since))

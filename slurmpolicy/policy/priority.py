@@ -48,27 +48,45 @@ class Factors:
 
 def factors(ctx: Context, job: Job, fragmented: bool | None = None,
             fairshare_points: int | None = None) -> Factors:
+    """The parts of ``job``'s site factor; ``fragmented``: whether it earns the
+    fragmentation bonus (None: ask the journal and the cluster)."""
     s = ctx.settings
     wait = ctx.wait_seconds(job)
     wait_hours = (wait if wait < s.aging.max_age else s.aging.max_age) / 3600.0
     if fragmented is None:
-        fragmented = ctx.fragmentation_blocked(job)
+        fragmented = (job.job_id in ctx.intents.fragmented_since
+                      or ctx.fragmentation_blocked(job))
     penalty = s.priority.no_checkpoint_penalty if not ctx.policy(job).can_checkpoint else 0
     return Factors(
         class_weight=ctx.job_class(job).weight,
         fairshare=(ctx.fairshare.points(job.account) if fairshare_points is None
                    else fairshare_points),
         aging=round(wait_hours * s.aging.points_per_hour),
-        fragmentation=round(wait_hours * s.aging.fragmentation_bonus_per_hour) if fragmented else 0,
+        fragmentation=(round(_bonus_hours(ctx, job.job_id) * s.aging.fragmentation_bonus_per_hour)
+                       if fragmented else 0),
         penalty=penalty,
     )
+
+
+def _bonus_hours(ctx: Context, job_id: int) -> float:
+    """Hours since the daemon first saw the job blocked by fragmentation alone
+    (0 at the cycle it first does), up to ``aging.max_age``."""
+    since = ctx.intents.fragmented_since.get(job_id, ctx.now)
+    return min(max(0.0, ctx.now - since), ctx.settings.aging.max_age) / 3600.0
 
 
 @dataclass(slots=True)
 class PriorityResult:
     site_factor: dict[int, int]
     effective: dict[int, int]
+    #: Blocked by fragmentation alone now (enough GPUs free, not in its shape).
     fragmented: dict[int, bool]
+    #: Pending jobs seen blocked by fragmentation alone at some cycle, since when
+    #: (epoch seconds): what the journal keeps (``Intents.fragmented_since``).
+    fragmented_since: dict[int, float]
+    #: The jobs of ``fragmented_since`` that earn the bonus now (not held,
+    #: dependent, deferred or over a quota).
+    bonus: set[int]
     #: Pending jobs per partition, highest effective priority first.
     order: dict[str, list[Job]]
     #: Per partition, the highest job that is not held, dependent or deferred.
@@ -81,6 +99,9 @@ def compute(ctx: Context) -> PriorityResult:
     effective: dict[int, int] = {}
     fragmented: dict[int, bool] = {}
     blocked: dict[int, str] = {}
+    known_since = ctx.intents.fragmented_since
+    since_of: dict[int, float] = {}
+    with_bonus: set[int] = set()
     points = ctx.fairshare.points_by_account()
     # factors(), unrolled: the same sums over the same values, once per pending job.
     s = ctx.settings
@@ -114,11 +135,26 @@ def compute(ctx: Context) -> PriorityResult:
             if hit is None:
                 hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
             frag = hit
+        # Once seen blocked by fragmentation alone, a job earns the bonus from
+        # then on while it waits: a flag that followed each cycle's free GPUs
+        # would add and take back the bonus of thousands of jobs at once (a
+        # Slurm call each), and a bonus for every hour waited would jump by
+        # hours of points the cycle a job first counts as fragmented.
+        first = known_since.get(job_id)
+        if first is None and frag:
+            first = now
+        extra = 0
+        if first is not None:
+            since_of[job_id] = first
+            if not why:
+                with_bonus.add(job_id)
+                held = now - first
+                extra = round((held if held < max_age else max_age) / 3600.0 * bonus_per_hour)
         since = info.since
         wait = (now - since if now - since > 0.0 else 0.0) if since is not None else 0.0
         wait_hours = (wait if wait < max_age else max_age) / 3600.0
         value = (info.site_base + points.get(job.account, 0) + round(wait_hours * per_hour)
-                 + (round(wait_hours * bonus_per_hour) if frag else 0))
+                 + extra)
         if value < 0:
             value = 0
         site[job_id] = value
@@ -133,7 +169,7 @@ def compute(ctx: Context) -> PriorityResult:
         head = next((j for j in order[part] if not blocked[j.job_id]), None)
         if head is not None:
             heads[part] = head.job_id
-    return PriorityResult(site, effective, fragmented, order, heads)
+    return PriorityResult(site, effective, fragmented, since_of, with_bonus, order, heads)
 
 
 def competing_groups(ctx: Context) -> list[list[Job]]:
@@ -277,6 +313,6 @@ def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFac
         actions.append(SetSiteFactor(
             job_id=job_id, site_factor=new[job_id], previous=cur[job_id],
             reason=f"site factor {cur[job_id]} -> {new[job_id]} ({why}): "
-                   f"{factors(ctx, job, result.fragmented[job_id]).describe()}"
+                   f"{factors(ctx, job, job_id in result.bonus).describe()}"
                    f" ({ctx.job_class(job).name}, {ctx.fairshare.describe(job.account)})"))
     return actions

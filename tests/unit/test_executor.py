@@ -586,3 +586,19 @@ def test_site_factors_sharing_a_value_go_in_one_call(journal: Journal) -> None:
     assert intents.site_factors == {10: 700, 14: 700, 11: 500, 13: 500, 15: 500}
     steps = journal.steps()
     assert [s["params"]["jobs"] for s in steps] == [[10, 12, 14], [11, 13, 15]]
+
+
+def test_fragmented_memory_is_journaled_as_the_plan_says(journal: Journal) -> None:
+    """The fragmentation bonus's memory survives a restart: the executor keeps
+    exactly the plan's ``fragmented_since``; a hand-made plan (None) keeps it."""
+    ex, rec = make(journal)
+    s = snap(job(1, JobState.PENDING), job(2, JobState.PENDING))
+    ex.reconcile(s, 1000.0)
+    ex.execute(Plan(fragmented_since={1: 900.0, 2: 950.0}), s, 1000.0)
+    assert Journal(journal.path, read_only=True).load_intents().fragmented_since == {
+        1: 900.0, 2: 950.0}
+    ex.execute(Plan(), s, 1010.0)
+    assert journal.load_intents().fragmented_since == {1: 900.0, 2: 950.0}
+    ex.execute(Plan(fragmented_since={2: 950.0, 3: 1020.0}), s, 1020.0)  # job 1 started
+    assert journal.load_intents().fragmented_since == {2: 950.0, 3: 1020.0}
+    assert not rec.calls  # not a Slurm call

@@ -91,6 +91,10 @@ def test_aging_raises_older_jobs():
     assert "aging 1000" in sf[2].reason
 
 
+#: The fragmentation bonus is off by default; these tests turn it on.
+BONUS = {"aging": {"fragmentation_bonus_per_hour": 200.0}}
+
+
 def test_fragmentation_bonus_for_jobs_blocked_only_by_fragmentation():
     b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
     # 4 GPUs free on each of the 4 hosts: 16 free, but no whole host.
@@ -98,10 +102,53 @@ def test_fragmentation_bonus_for_jobs_blocked_only_by_fragmentation():
         b.run(10 + i, "x", hosts=[i], gpus_per_node=4)
     b.pend(1, "a", nodes=1, gpus_per_node=8, waited=3600)   # blocked by fragmentation
     b.pend(2, "a", nodes=1, gpus_per_node=4, waited=3600)   # fits
-    sf = site_factors(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
-    assert "fragmentation bonus 200" in sf[1].reason
-    assert "fragmentation" not in sf[2].reason
-    assert sf[1].site_factor - sf[2].site_factor == 200
+    first = plan(b.snapshot(), b.fabric(), settings(**BONUS), Intents(), b.now)
+    # The bonus counts from the cycle that first sees it blocked: 0 points yet.
+    assert first.fragmented_since == {1: b.now}
+    assert site_factors(first)[1].site_factor == site_factors(first)[2].site_factor
+    later = b.now + 3600
+    p = plan(b.snapshot(later), b.fabric(), settings(**BONUS),
+             apply_to_intents(Intents(), first, b.now), later)
+    assert p.effective_priority[1] - p.effective_priority[2] == 200
+    from slurmpolicy.policy.explain import explain
+    notes = explain(b.snapshot(later), b.fabric(), settings(**BONUS),
+                    apply_to_intents(Intents(), first, b.now), later, 1).notes
+    assert any("fragmentation bonus 200" in n for n in notes)
+
+
+def test_fragmentation_bonus_is_kept_while_the_job_waits():
+    """Once seen blocked by fragmentation alone, a job keeps its bonus when the
+    free GPUs move (a full cluster, not a fragmented one): no Slurm call takes
+    it back, and the journal's memory (Intents.fragmented_since) carries it."""
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
+    for i in range(1, 5):
+        b.run(10 + i, "x", hosts=[i], gpus_per_node=4)
+    b.pend(1, "a", nodes=1, gpus_per_node=8, waited=3600)
+    b.pend(2, "a", nodes=1, gpus_per_node=4, waited=2.5 * 3600)  # fits: no bonus
+    first = plan(b.snapshot(), b.fabric(), settings(**BONUS), Intents(), b.now)
+    assert first.fragmented_since == {1: b.now}
+    intents = apply_to_intents(Intents(), first, b.now)
+    assert intents.fragmented_since == {1: b.now}
+    # The free GPUs are taken: job 1 now waits for resources, not fragmentation.
+    for i in range(1, 5):
+        b.run(20 + i, "x", hosts=[i], gpus_per_node=4)
+    later = b.now + 3600
+    again = plan(b.snapshot(later), b.fabric(), settings(**BONUS), intents, later)
+    assert again.fragmented_since == {1: b.now}
+    # 2 h of aging and 1 h of bonus (400) stay ahead of job 2's 3.5 h of aging.
+    assert again.effective_priority[1] - again.effective_priority[2] == 50
+    # Without the memory the bonus would go (the flag that followed free GPUs),
+    # and job 2 would overtake job 1.
+    forgot = plan(b.snapshot(later), b.fabric(), settings(**BONUS),
+                  Intents(site_factors=intents.site_factors), later)
+    assert not forgot.fragmented_since
+    assert forgot.effective_priority[2] - forgot.effective_priority[1] == 150
+    # A hand-made plan leaves the memory as it is; a job that left drops from it.
+    from slurmpolicy.policy.actions import Plan
+    assert apply_to_intents(intents, Plan(), later).fragmented_since == {1: b.now}
+    b.jobs = [j for j in b.jobs if j.job_id != 1]
+    gone = plan(b.snapshot(later), b.fabric(), settings(**BONUS), intents, later)
+    assert not gone.fragmented_since
 
 
 def test_only_changes_above_threshold_are_emitted():
