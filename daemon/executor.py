@@ -62,6 +62,7 @@ from slurmpolicy.errors import (
 from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment, read_acks
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
+    SITE_FACTOR_BATCH,
     Action,
     Annotate,
     CreateReservation,
@@ -76,6 +77,7 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
     UpdateReservation,
     VictimState,
+    in_execution_order,
 )
 from slurmpolicy.policy.preemption import checkpoint_age_basis, exited_to_continue
 from slurmpolicy.protocol import effective_policy
@@ -85,13 +87,6 @@ from slurmpolicy.store import FAILED, OK, REACHED, STARTED, UNKNOWN, Journal
 
 log = logging.getLogger("slurmpolicy.daemon")
 
-#: Order in which actions of one plan are carried out when the call budget is short:
-#: finishing what is in flight comes before starting anything new.
-_ORDER = {
-    "Requeue": 0, "FinishPreemption": 1, "SignalCheckpoint": 2, "StartPreemption": 3,
-    "DeleteReservation": 4, "CreateReservation": 5, "UpdateReservation": 6,
-    "SetBeginTime": 7, "SetSiteFactor": 8, "Annotate": 9,
-}
 #: Starvation reservations: IGNORE_JOBS because the nodes are busy when we
 #: reserve them; MAGNETIC so that the waiting job uses the reservation without
 #: being modified (only its user may use it).
@@ -103,8 +98,6 @@ PREEMPTION_FLAGS = ("IGNORE_JOBS",)
 #: Reservations of a preemption last the beneficiary's time limit plus this,
 #: or a day when it has none; they are deleted once the work is done.
 _DEFAULT_RESERVATION = 86400.0
-#: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
-SITE_FACTOR_BATCH = 1000
 #: A preemption whose reservation Slurm refused this often is aborted.
 _RESERVE_TRIES = 3
 _RESERVATION_MARGIN = 3600.0
@@ -475,7 +468,7 @@ class Executor:
         """Carry out ``plan`` (call reconcile() first, on the same snapshot)."""
         now = self._clock() if now is None else now
         report = self._report
-        actions = _in_order(plan.actions)
+        actions = in_execution_order(plan.actions)
         pending = list(actions)
         # What the planner saw (not a Slurm call): the fragmentation bonus's memory.
         if plan.fragmented_since is not None:
@@ -1138,29 +1131,6 @@ class Executor:
             duration_minutes=max(1, math.ceil(_DEFAULT_RESERVATION / 60)),
             users=(beneficiary.user,), flags=PREEMPTION_FLAGS)
         self._reserve(pid, spec, b, snapshot)
-
-
-def _in_order(actions: tuple[Action, ...]) -> list[Action]:
-    """The plan's actions in the order they are carried out.
-
-    By kind (``_ORDER``: what is in flight first), except that the steps of a
-    preemption this plan starts (its victims' signals or requeues) follow
-    their StartPreemption at once, in the plan's order: journal, reserve,
-    then signal, all in this cycle.
-    """
-    starting = {a.preemption_id: i for i, a in enumerate(actions)
-                if isinstance(a, StartPreemption)}
-
-    def key(item: tuple[int, Action]) -> tuple[int, int, int]:
-        i, a = item
-        pid = getattr(a, "preemption_id", None)
-        if isinstance(a, (SignalCheckpoint, Requeue)) and pid in starting:
-            return (_ORDER["StartPreemption"], starting[pid], i)
-        if isinstance(a, StartPreemption):
-            return (_ORDER["StartPreemption"], i, -1)
-        return (_ORDER.get(a.kind, 10), -1, i)
-
-    return [a for _, a in sorted(enumerate(actions), key=key)]
 
 
 def _requeue_key(pid: str, job_id: int, restart_count: int) -> str:

@@ -245,3 +245,39 @@ class Intents:
 
     def open_preemptions(self) -> list[PreemptionIntent]:
         return [p for p in self.preemptions if p.open]
+
+
+#: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
+SITE_FACTOR_BATCH = 1000
+
+#: Order in which actions of one plan are carried out when the call budget is short:
+#: finishing what is in flight comes before starting anything new.
+EXECUTION_ORDER = {
+    "Requeue": 0, "FinishPreemption": 1, "SignalCheckpoint": 2, "StartPreemption": 3,
+    "DeleteReservation": 4, "CreateReservation": 5, "UpdateReservation": 6,
+    "SetBeginTime": 7, "SetSiteFactor": 8, "Annotate": 9,
+}
+
+
+def in_execution_order(actions: tuple[Action, ...]) -> list[Action]:
+    """The plan's actions in the order the daemon's executor carries them out
+    (the simulator follows it when the call budget runs short).
+
+    By kind (``EXECUTION_ORDER``: what is in flight first), except that the
+    steps of a preemption this plan starts (its victims' signals or requeues)
+    follow their StartPreemption at once, in the plan's order: journal,
+    reserve, then signal, all in this cycle.
+    """
+    starting = {a.preemption_id: i for i, a in enumerate(actions)
+                if isinstance(a, StartPreemption)}
+
+    def key(item: tuple[int, Action]) -> tuple[int, int, int]:
+        i, a = item
+        pid = getattr(a, "preemption_id", None)
+        if isinstance(a, (SignalCheckpoint, Requeue)) and pid in starting:
+            return (EXECUTION_ORDER["StartPreemption"], starting[pid], i)
+        if isinstance(a, StartPreemption):
+            return (EXECUTION_ORDER["StartPreemption"], i, -1)
+        return (EXECUTION_ORDER.get(a.kind, 10), -1, i)
+
+    return [a for _, a in sorted(enumerate(actions), key=key)]

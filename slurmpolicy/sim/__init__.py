@@ -59,4 +59,6 @@ def replay(
     applied = getattr(sim.driver, "actions_applied", None)
     if applied is not None:
         raw.actions = dict(applied)
+        raw.over_budget_cycles = sim.driver.over_budget  # type: ignore[union-attr]
+        raw.deferred_actions = sim.driver.deferred  # type: ignore[union-attr]
     return raw, summarize(raw)

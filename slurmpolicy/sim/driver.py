@@ -47,7 +47,9 @@ from slurmpolicy.errors import ConfigError
 from slurmpolicy.jobpolicy import Checkpoint, JobPolicy, render_admin_comment
 from slurmpolicy.model import Job, JobState, Node, Partition, Reservation, Snapshot
 from slurmpolicy.policy.actions import (
+    SITE_FACTOR_BATCH,
     Action,
+    Annotate,
     DeleteReservation,
     Intents,
     Requeue,
@@ -57,6 +59,7 @@ from slurmpolicy.policy.actions import (
     SignalCheckpoint,
     StartPreemption,
     VictimState,
+    in_execution_order,
 )
 from slurmpolicy.settings import doorbell_classes
 from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator
@@ -101,6 +104,10 @@ class PolicyDriver:
         self.partition = Partition(name=PARTITION, nodes=tuple(sim.hosts.names), default=True,
                                    priority_tier=1, preempt_mode="OFF")
         self.actions_applied: dict[str, int] = {}
+        #: Cycles whose plan asked for more Slurm calls than the budget, and the
+        #: actions the executor left for a later cycle (within_budget).
+        self.over_budget = 0
+        self.deferred = 0
         #: Classes that may preempt and are never preempted: their submission
         #: rings the daemon's doorbell (plugin.doorbell), and a newly blocked job
         #: of one of them is planned for at the next cycle; the rest at ``refresh``.
@@ -174,6 +181,13 @@ class PolicyDriver:
         sim.plan_calls += 1
         self.last_plan = sim.now
         self._new_urgent.clear()
+        done = self.within_budget(plan.actions)
+        if len(done) < len(plan.actions):
+            # What the executor leaves for the next cycle never reaches the journal.
+            self.deferred += sum(1 for a in plan.actions if not isinstance(a, Annotate)) - sum(
+                1 for a in done if not isinstance(a, Annotate))
+            self.over_budget += 1
+            plan = replace(plan, actions=done)
         intents = self.apply_fn(intents, plan, now)
         self.intents = self._prune(intents, now)
         self.open = bool(self.intents.preemptions)
@@ -183,6 +197,48 @@ class PolicyDriver:
             if v.state is VictimState.SIGNALLED}
         for action in plan.actions:
             self.apply(action, now)
+
+    def within_budget(self, actions: tuple[Action, ...]) -> tuple[Action, ...]:
+        """The actions the daemon's executor carries out within
+        ``daemon.max_slurm_calls_per_cycle``, in its order: one call each
+        (a StartPreemption two: reserve, then name the reservation on the
+        beneficiary; a FinishPreemption one, deleting its reservation; an
+        Annotate none), site factors one call per batch of jobs that get the
+        same value. Once a call would pass the budget, the executor stops and
+        the rest waits for the next cycle. (Calls that retry earlier steps,
+        ``carry_on``, are not modelled: the simulated Slurm never fails one.)
+        Returns ``actions`` itself when all fit."""
+        budget = self.sim.settings.daemon.max_slurm_calls_per_cycle
+        cost = 0
+        for a in actions:
+            if isinstance(a, SetSiteFactor):
+                continue
+            cost += 2 if isinstance(a, StartPreemption) else 0 if isinstance(a, Annotate) else 1
+        values = {a.site_factor: 0 for a in actions if isinstance(a, SetSiteFactor)}
+        if cost + len(values) <= budget:  # the common case: no batch is that large
+            return actions
+        done: list[Action] = []
+        calls = 0
+        batches: dict[int, int] = {}  # value -> jobs in its open batch
+        for a in in_execution_order(actions):
+            if isinstance(a, Annotate):
+                continue  # after every call: the executor stopped before it, or not
+            if isinstance(a, SetSiteFactor):
+                n = batches.get(a.site_factor, SITE_FACTOR_BATCH)
+                if n >= SITE_FACTOR_BATCH:  # a new batch: one call
+                    if calls >= budget:
+                        break
+                    calls += 1
+                    n = 0
+                batches[a.site_factor] = n + 1
+                done.append(a)
+                continue
+            if calls >= budget:
+                break
+            calls += 2 if isinstance(a, StartPreemption) else 1
+            done.append(a)
+        kept = set(map(id, done))
+        return tuple(a for a in actions if id(a) in kept)
 
     def _prune(self, intents: Intents, now: float) -> Intents:
         """Forget what the journal would no longer hand back: closed preemptions,

@@ -393,6 +393,10 @@ class RawResult:
     #: Backfill passes run, jobs tested and reservations planned in them.
     backfill_passes: int = 0
     backfill_reservations: int = 0
+    #: slurmpolicy mode: cycles whose plan needed more Slurm calls than
+    #: ``daemon.max_slurm_calls_per_cycle``, and the actions left for later.
+    over_budget_cycles: int = 0
+    deferred_actions: int = 0
 
 
 class Simulator:

@@ -131,6 +131,8 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "makespan_hours": raw.makespan / 3600.0,
         "plan_calls": raw.plan_calls,
         "actions": dict(raw.actions),
+        "over_budget_cycles": raw.over_budget_cycles,
+        "deferred_actions": raw.deferred_actions,
         "events": raw.events,
         "wall_seconds": raw.wall_seconds,
         "cpu_seconds": raw.cpu_seconds,

@@ -172,6 +172,9 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
                                                  f"targets at load x{g.load:g}{tag}"))
         for s in g.summaries:
             plan = f", {s['plan_calls']:,.0f} plan() calls" if s["plan_calls"] else ""
+            if s.get("over_budget_cycles"):
+                plan += (f", {s['over_budget_cycles']:,.0f} of them over the Slurm call budget"
+                         f" ({s['deferred_actions']:,.0f} actions left for a later cycle)")
             have = g.mode_seeds.get(s["mode"], [])
             mean = ("" if not aggregated else f" (mean of {len(have)} seeds)" if len(have) > 1
                     else f" (seed {have[0]} only)")

@@ -416,3 +416,60 @@ def test_one_node_backfill_answers_match_a_full_search_as_claims_accumulate() ->
             planned[h].sort()
             steps.changed.append(h)
     assert sum(1 for a in answers if a[1]) >= 5  # most found a start, some after claims
+
+
+def test_the_simulated_executor_keeps_to_the_slurm_call_budget() -> None:
+    """As the daemon's executor: in-flight steps first, a StartPreemption and
+    its signal together, site factors one call per value, and nothing once a
+    call would pass ``daemon.max_slurm_calls_per_cycle``."""
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.actions import (
+        Annotate,
+        Requeue,
+        SetSiteFactor,
+        SignalCheckpoint,
+        StartPreemption,
+    )
+    from slurmpolicy.settings import Daemon, Settings
+
+    def sf(job_id: int, value: int) -> SetSiteFactor:
+        return SetSiteFactor(reason="r", job_id=job_id, site_factor=value, previous=0)
+
+    start = StartPreemption(reason="r", preemption_id="p2", beneficiary=9, victims=(3,),
+                            nodes=("h1",), reservation="spolicy_p2")
+    signal = SignalCheckpoint(reason="r", preemption_id="p2", job_id=3, restart_count=0,
+                              signal="USR1", deadline=100.0)
+    requeue = Requeue(reason="r", preemption_id="p1", job_id=4, restart_count=0,
+                      after="acknowledged")
+    note = Annotate(reason="r", job_id=9)
+    actions = (sf(1, 500), sf(2, 500), sf(5, 700), start, signal, note, requeue, sf(6, 900))
+
+    def driver(budget: int) -> PolicyDriver:
+        d = object.__new__(PolicyDriver)
+        d.sim = SimpleNamespace(  # type: ignore[assignment]
+            settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=budget)))
+        return d
+
+    # requeue 1 + start 2 + signal 1 + one call per value (3): 7 calls.
+    assert driver(7).within_budget(actions) is actions
+    # 5: requeue, start and its signal, then the batch of value 500 (jobs 1, 2).
+    assert driver(5).within_budget(actions) == (sf(1, 500), sf(2, 500), start, signal,
+                                                requeue)
+    # 3: the executor stops at the signal's call, before any site factor.
+    assert driver(3).within_budget(actions) == (start, requeue)
+
+
+def test_a_replay_over_the_call_budget_defers_and_loses_no_job() -> None:
+    from slurmpolicy.settings import Daemon, Settings
+
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    hosts = Hosts.layout(6, 8, hosts_per_leaf=3)
+    free = replay(trace, hosts, "slurmpolicy")[1]
+    tight = replay(trace, hosts, "slurmpolicy",
+                   settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=2)))[1]
+    assert free["over_budget_cycles"] == 0 and free["deferred_actions"] == 0
+    assert tight["over_budget_cycles"] > 0 and tight["deferred_actions"] > 0
+    assert tight["completed"] == free["completed"] == 150
+    # The rest waited: fewer writes per cycle, the same jobs in the end.
+    assert tight["actions"]["SetSiteFactor"] != free["actions"]["SetSiteFactor"]
