@@ -65,6 +65,9 @@ ROWS: list[tuple[str, Any]] = [
     ("GPU-hours save/restore overhead", lambda s: f"{s['overhead_gpu_hours']:,.1f}"),
     ("beneficiary start delay mean / p95",
      lambda s: f"{dur(s['benefit_delay']['mean'])} / {dur(s['benefit_delay']['p95'])}"),
+    ("plan cycles over the Slurm call budget (actions left for later, summed per cycle)",
+     lambda s: (f"{s.get('over_budget_cycles', 0):,} ({s.get('deferred_actions', 0):,})"
+                if s["plan_calls"] else "-")),
     ("replay CPU s (plan() calls)",
      lambda s: f"{s['cpu_seconds']:.0f}" + (f" ({s['plan_calls']:,})" if s["plan_calls"]
                                              else "")),

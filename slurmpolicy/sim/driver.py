@@ -23,6 +23,9 @@ Slurm's semantics:
 - DeleteReservation, SetBeginTime: as Slurm does; FinishPreemption and
   Annotate change nothing in Slurm.
 
+At most ``daemon.max_slurm_calls_per_cycle`` calls a cycle, in the
+executor's order (``within_budget``); the rest waits for a later plan.
+
 The daemon calls ``plan()`` every ``daemon.interval`` seconds, and every
 ``daemon.preemption_poll`` seconds while a signalled victim awaits its
 requeue; the simulated daemon takes those short cycles only when one can
