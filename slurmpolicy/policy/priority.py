@@ -141,7 +141,7 @@ def compute(ctx: Context) -> PriorityResult:
         # Slurm call each), and a bonus for every hour waited would jump by
         # hours of points the cycle a job first counts as fragmented.
         first = known_since.get(job_id)
-        if first is None and frag:
+        if first is None and frag and bonus_per_hour > 0:  # off: nothing to remember
             first = now
         extra = 0
         if first is not None:

@@ -280,3 +280,14 @@ def test_deferral_inside_window_needs_nothing_and_is_idempotent():
 def test_settings_defaults_round_trip():
     s = Settings()
     assert msgspec.convert(msgspec.to_builtins(s), Settings) == s
+
+
+def test_no_fragmentation_memory_while_the_bonus_is_off():
+    b = ClusterBuilder(hosts=4, hosts_per_leaf=2)
+    for i in range(1, 5):
+        b.run(10 + i, "x", hosts=[i], gpus_per_node=4)
+    b.pend(1, "a", nodes=1, gpus_per_node=8, waited=3600)  # blocked by fragmentation
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert Settings().aging.fragmentation_bonus_per_hour == 0
+    assert p.fragmented_since == {}
+    assert "fragmentation" not in site_factors(p)[1].reason
