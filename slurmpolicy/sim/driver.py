@@ -217,9 +217,12 @@ class PolicyDriver:
             if isinstance(a, SetSiteFactor):
                 continue
             cost += 2 if isinstance(a, StartPreemption) else 0 if isinstance(a, Annotate) else 1
-        values = {a.site_factor: 0 for a in actions if isinstance(a, SetSiteFactor)}
-        if cost + len(values) <= budget:  # the common case: no batch is that large
-            return actions
+        jobs_of: dict[int, int] = {}  # site-factor value -> jobs that get it
+        for a in actions:
+            if isinstance(a, SetSiteFactor):
+                jobs_of[a.site_factor] = jobs_of.get(a.site_factor, 0) + 1
+        if cost + sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values()) <= budget:
+            return actions  # the common case: everything fits
         done: list[Action] = []
         calls = 0
         batches: dict[int, int] = {}  # value -> jobs in its open batch
