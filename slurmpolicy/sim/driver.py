@@ -213,14 +213,12 @@ class PolicyDriver:
         Returns ``actions`` itself when all fit."""
         budget = self.sim.settings.daemon.max_slurm_calls_per_cycle
         cost = 0
-        for a in actions:
-            if isinstance(a, SetSiteFactor):
-                continue
-            cost += 2 if isinstance(a, StartPreemption) else 0 if isinstance(a, Annotate) else 1
         jobs_of: dict[int, int] = {}  # site-factor value -> jobs that get it
         for a in actions:
             if isinstance(a, SetSiteFactor):
                 jobs_of[a.site_factor] = jobs_of.get(a.site_factor, 0) + 1
+            else:
+                cost += _calls(a)
         if cost + sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values()) <= budget:
             return actions  # the common case: everything fits
         done: list[Action] = []
@@ -241,7 +239,7 @@ class PolicyDriver:
                 continue
             if calls >= budget:
                 break
-            calls += 2 if isinstance(a, StartPreemption) else 1
+            calls += _calls(a)
             done.append(a)
         kept = set(map(id, done))
         return tuple(a for a in actions if id(a) in kept)
@@ -447,6 +445,13 @@ class PolicyDriver:
 
 
 _job_id = attrgetter("job_id")
+
+
+def _calls(action: Action) -> int:
+    """Slurm calls the executor makes for one action other than a site factor:
+    a StartPreemption reserves, then names the reservation on the beneficiary;
+    an Annotate is journal only."""
+    return 2 if isinstance(action, StartPreemption) else 0 if isinstance(action, Annotate) else 1
 
 
 def _fabric_of(sim: Simulator) -> Any:
