@@ -66,6 +66,7 @@ from slurmpolicy.daemon.metrics import (
 )
 from slurmpolicy.daemon.notify import Notifier
 from slurmpolicy.daemon.protocols import BatchSignals, with_victims
+from slurmpolicy.daemon.stop import StopRequest
 from slurmpolicy.errors import (
     ConfigError,
     JournalError,
@@ -191,7 +192,9 @@ class Daemon:
         #: Why the sources' latest change was refused while the last good fabric is kept
         #: ("" when the fabric in use is the sources' latest).
         self.fabric_refused = ""
-        self._stop = threading.Event()
+        self._stop = StopRequest()
+        #: The signal that asked the daemon to stop (0: none, or request_stop()).
+        self._stop_signal = 0
         self._reload = False
         self._failures = 0
         #: Failed cycles in a row whose cause is the daemon's own (see EXTERNAL).
@@ -212,12 +215,14 @@ class Daemon:
         self._wait: Callable[[float], bool] = self._stop.wait
 
     # -------------------------------------------------------------- signals
+    # A handler only sets flags: it runs between two bytecodes of the main
+    # thread, which may hold a lock at that moment (logging's, or a wait's);
+    # taking it here would hang the daemon. The loop logs what it was asked.
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the current step, then stopping", signum)
+        self._stop_signal = signum
         self._stop.set()
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
-        log.info("SIGHUP: settings and fabric will be read again")
         self._reload = True
         self._fabric_key = None
 
@@ -318,6 +323,8 @@ class Daemon:
                 # The doorbell wakes only a daemon whose last cycle went through:
                 # back-off and standby keep their own pace.
                 self._sleep(self._delay(result), doorbell=result.result == "ok")
+            if self._stop_signal:
+                log.info("signal %d: the current step is done, stopping", self._stop_signal)
             self._release_lease()
             self.notifier.stopping("stopping; in-flight preemptions stay in the journal")
             log.info("slurmpolicy daemon stopped")
@@ -325,6 +332,7 @@ class Daemon:
         finally:
             self.close()
             self.notifier.close()
+            self._stop.close()
 
     def _prune(self) -> None:
         """Once an hour (and at the first cycle): drop old metrics and steps."""
@@ -420,6 +428,7 @@ class Daemon:
         if not self._reload:
             return
         self._reload = False
+        log.info("SIGHUP: settings and fabric are read again")
         self.notifier.reloading()
         try:
             fresh = settings_mod.load(self.settings_path)

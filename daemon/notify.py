@@ -14,6 +14,9 @@ import socket
 
 log = logging.getLogger("slurmpolicy.daemon")
 
+#: Seconds one notification may wait for room at the service manager's socket.
+SEND_TIMEOUT = 1.0
+
 
 class Notifier:
     """Sends state lines to the service manager, if there is one."""
@@ -45,6 +48,9 @@ class Notifier:
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                # A datagram to a receiver whose queue is full (10 by default,
+                # net.unix.max_dgram_qlen) blocks: bounded, it is a warning.
+                self._sock.settimeout(SEND_TIMEOUT)
             self._sock.sendto("\n".join(lines).encode(), self.address)
             return True
         except OSError as exc:

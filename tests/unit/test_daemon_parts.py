@@ -5,19 +5,26 @@ Slurm away and back-off) with an in-memory client (pure logic only)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
+from slurmpolicy.daemon import notify as notify_mod
+from slurmpolicy.daemon import stop as stop_mod
 from slurmpolicy.daemon.lock import AlreadyRunning, StateLock
 from slurmpolicy.daemon.loop import Daemon
 from slurmpolicy.daemon.notify import Notifier
+from slurmpolicy.daemon.stop import StopRequest
 from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.job import merge_ack
 from slurmpolicy.jobpolicy import last_checkpoint
@@ -56,6 +63,99 @@ def test_notify_abstract_socket() -> None:
         n = Notifier({"NOTIFY_SOCKET": "@" + name})
         n.status("cycle 3\nok")
         assert _recv(srv) == "STATUS=cycle 3\\nok"  # one line; the newline shown escaped
+
+
+def test_notify_to_a_full_queue_gives_up_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A receiver that never reads: its queue fills (10 datagrams by default),
+    # and a blocking sendto() would then wait for good.
+    monkeypatch.setattr(notify_mod, "SEND_TIMEOUT", 0.05)
+    path = tmp_path / "notify"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
+        srv.bind(str(path))
+        n = Notifier({"NOTIFY_SOCKET": str(path)})
+        results: list[bool] = []
+
+        def send_until_refused() -> None:
+            while len(results) < 20_000 and (not results or results[-1]):
+                results.append(n.watchdog())
+
+        sender = threading.Thread(target=send_until_refused, daemon=True)
+        sender.start()
+        sender.join(120)
+        assert not sender.is_alive(), "a notification blocked on a full queue"
+        assert results[0] is True and results[-1] is False
+        assert "sd_notify to" in caplog.text and "failed" in caplog.text
+        n.close()
+
+
+def test_stop_request_raised_just_before_the_wait_sleeps_ends_it() -> None:
+    # The worst moment for a signal handler: after wait() looked at the flag,
+    # before it sleeps. select() must find the pipe readable, not time out.
+    stop = StopRequest()
+    real_select = select.select
+    seen: list[list[int]] = []
+
+    def handler_then_select(r: list[int], w: list[int], x: list[int],
+                            timeout: float) -> tuple[list[int], list[int], list[int]]:
+        stop.set()
+        ready = real_select(r, w, x, timeout)
+        seen.append(ready[0])
+        return ready
+
+    try:
+        stop_mod.select.select = handler_then_select  # type: ignore[assignment]
+        assert stop.wait(600) is True
+    finally:
+        stop_mod.select.select = real_select  # type: ignore[assignment]
+        stop.close()
+    assert seen and seen[0], "select() slept: the request did not wake it"
+
+
+def test_stop_request_from_a_signal_handler_while_waiting() -> None:
+    stop = StopRequest()
+    old = signal.signal(signal.SIGALRM, lambda signum, frame: stop.set())
+    try:
+        assert stop.wait(0) is False and not stop.is_set()
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        assert stop.wait(600) is True
+        assert stop.wait(600) is True  # once set, it stays set
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        stop.close()
+
+
+def test_stop_request_from_another_thread() -> None:
+    stop = StopRequest()
+    threading.Timer(0.05, stop.set).start()
+    try:
+        assert stop.wait(600) is True
+    finally:
+        stop.close()
+
+
+def test_sigterm_handler_only_sets_flags_and_the_loop_says_why_it_stopped(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a: Plan())
+    d.close()
+    original = d.cycle
+    during: list[int] = []
+
+    def cycle() -> object:
+        # The handler may run while the main thread holds logging's lock (or
+        # any other): it must not log, so nothing is recorded by the call.
+        before = len(caplog.records)
+        d._on_term(signal.SIGTERM, None)
+        during.append(len(caplog.records) - before)
+        return original()
+
+    d.cycle = cycle  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="slurmpolicy.daemon"):
+        assert d.run() == 0
+    assert during == [0] and d.stopping
+    assert f"signal {int(signal.SIGTERM)}: the current step is done, stopping" in caplog.text
 
 
 def test_notify_without_systemd_is_a_no_op() -> None:
