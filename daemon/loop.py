@@ -594,12 +594,9 @@ class Daemon:
             intents = self.journal.load_intents(now=now)
             if poll and self.poll_planner is not None:
                 plan = self.poll_planner(snapshot, fabric, self.settings, intents, now)
-            else:
-                plan = self.planner(snapshot, fabric, self.settings, intents, now)
-            # A poll plans in full while a production job waits (plan_poll).
-            if getattr(plan, "poll", False):
                 self.metrics.poll_cycles.inc()
             else:
+                plan = self.planner(snapshot, fabric, self.settings, intents, now)
                 self._last_full = began
             self._feed_watchdog()
             if not self.stopping:

@@ -162,8 +162,6 @@ class Plan:
     #: seconds): the daemon journals it as ``Intents.fragmented_since``
     #: (None: a plan made by hand, which leaves the journal's as it is).
     fragmented_since: Mapping[int, float] | None = None
-    #: A poll's plan (``plan_poll``): open preemptions moved on, nothing decided.
-    poll: bool = False
 
     def of_kind(self, kind: type[Action]) -> list[Action]:
         return [a for a in self.actions if isinstance(a, kind)]

@@ -41,7 +41,7 @@ from slurmpolicy.policy.actions import (
     VictimState,
 )
 from slurmpolicy.policy.context import Context, PlanCache
-from slurmpolicy.settings import Settings, doorbell_classes
+from slurmpolicy.settings import Settings
 
 if TYPE_CHECKING:
     from slurmpolicy.topology import Fabric
@@ -54,11 +54,7 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     ``cache`` (optional) carries what one plan derived from immutable records
     to the next (see :class:`PlanCache`); the Plan is the same without it.
     """
-    return _plan(Context(snapshot, fabric, settings, intents, now, cache))
-
-
-def _plan(ctx: Context) -> Plan:
-    intents, now = ctx.intents, ctx.now
+    ctx = Context(snapshot, fabric, settings, intents, now, cache)
     prio = priority.compute(ctx)
     actions: list[Action] = []
     actions.extend(preemption.advance_all(ctx))
@@ -88,20 +84,10 @@ def plan_poll(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: I
     rest of the policy (priorities, new preemptions, reservations, deferral)
     keeps the pace of ``daemon.interval``, as Slurm's backfill keeps
     ``bf_interval`` however often its main scheduler runs. The actions are
-    those :func:`plan` gives first, from the same inputs (``Plan.poll``).
-
-    While a job of a class that preempts and is never preempted (the classes
-    that ring the submit doorbell: production) waits, eligible, and no open
-    preemption is for it, the poll is a full plan: such a job starts at once,
-    not at the next full cycle.
+    those :func:`plan` gives first, from the same inputs.
     """
     ctx = Context(snapshot, fabric, settings, intents, now, cache)
-    urgent = set(doorbell_classes(settings))
-    served = ctx.preemption_of_beneficiary
-    if urgent and any(ctx.job_class(j).name in urgent and not ctx.info(j).blocked
-                      and j.job_id not in served for j in ctx.pending):
-        return _plan(ctx)
-    return Plan(actions=tuple(preemption.advance_all(ctx)), poll=True)
+    return Plan(actions=tuple(preemption.advance_all(ctx)))
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:

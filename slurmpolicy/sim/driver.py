@@ -199,13 +199,10 @@ class PolicyDriver:
         if self.poll_only():
             plan = self.poll_fn(snapshot, self.fabric, sim.settings, intents, now,
                                 cache=self.plan_cache)
+            self.polls += 1
         else:
             plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
                                 cache=self.plan_cache)
-        # A poll plans in full while a production job waits (plan_poll).
-        if plan.poll:
-            self.polls += 1
-        else:
             self.last_full = sim.now
             self._new_urgent.clear()
         sim.plan_calls += 1

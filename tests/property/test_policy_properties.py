@@ -208,13 +208,8 @@ def test_never_a_requeue_before_signal_and_ack_or_deadline(case, steps):
 
 
 def check_poll_is_head_of_plan(snap, fab, s, intents, now, p):
-    """A poll cycle decides what the full plan decides first, and nothing new;
-    or, while a production job waits that no open preemption serves, it is
-    the full plan."""
+    """A poll cycle decides what the full plan decides first, and nothing new."""
     poll = plan_poll(snap, fab, s, intents, now)
-    if not poll.poll:
-        assert poll == p
-        return poll
     assert p.actions[:len(poll.actions)] == poll.actions
     assert not [a for a in poll.actions
                 if isinstance(a, (StartPreemption, CreateReservation, UpdateReservation,
@@ -236,16 +231,7 @@ def test_a_poll_cycle_moves_an_acknowledged_victim_on():
     snap = b.snapshot(b.now)
     full = plan(snap, b.fabric(), s, intents, b.now)
     poll = check_poll_is_head_of_plan(snap, b.fabric(), s, intents, b.now, full)
-    # Job 1, the production job waiting, is the open preemption's own beneficiary.
-    assert poll.poll
     assert [a.job_id for a in poll.actions if isinstance(a, Requeue)] == [101]
-    # A second production job that no preemption serves: the poll plans in full.
-    b.pend(2, "vision", admin_comment=d("production", "USR1"))
-    snap = b.snapshot(b.now)
-    full = plan(snap, b.fabric(), s, intents, b.now)
-    poll = check_poll_is_head_of_plan(snap, b.fabric(), s, intents, b.now, full)
-    assert not poll.poll and poll == full
-    assert [a for a in poll.actions if isinstance(a, SetSiteFactor) and a.job_id == 2]
 
 
 def check_victims_requeue(snap, intents, p, now):

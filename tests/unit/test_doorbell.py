@@ -298,7 +298,7 @@ def _polling_daemon(tmp_path: Path, bell: Path | str, awaiting: list[bool],
             kinds.append(kind)
             if len(kinds) == cycles:
                 d.request_stop()
-            return Plan(poll=kind == "poll")
+            return Plan()
         return plan
 
     d = Daemon(settings, client=Client(), planner=planner("full"),  # type: ignore[arg-type]
