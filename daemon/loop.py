@@ -20,10 +20,6 @@ One cycle::
 
 Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
 signalled victim awaits its requeue (so an ack is acted on within seconds).
-Such a short cycle, less than ``daemon.interval`` after the last full one,
-is a poll: its plan only moves the open preemptions on
-(``policy.plan_poll``); priorities, new preemptions, reservations and
-deferral keep the pace of ``daemon.interval``.
 Between two ok cycles the daemon also looks at the submit doorbell
 (``plugin.doorbell``, :mod:`slurmpolicy.daemon.doorbell`) every
 ``daemon.preemption_poll`` seconds: job_submit.lua rings it when it accepts a
@@ -169,19 +165,12 @@ def default_planner() -> Planner:
     return plan
 
 
-def default_poll_planner() -> Planner:
-    from slurmpolicy.policy import plan_poll
-
-    return plan_poll
-
-
 class Daemon:
     """One daemon process. ``run()`` loops until SIGTERM; ``cycle()`` is one pass."""
 
     def __init__(self, settings: Settings, *, settings_path: str | None = None,
                  client: SlurmClient | None = None, dry_run: bool = False,
-                 planner: Planner | None = None, poll_planner: Planner | None = None,
-                 fabric_loader: FabricLoader | None = None,
+                 planner: Planner | None = None, fabric_loader: FabricLoader | None = None,
                  clock: Callable[[], float] = time.time, serve_metrics: bool = True) -> None:
         self.settings = settings
         self.settings_path = settings_path
@@ -189,15 +178,6 @@ class Daemon:
         self.clock = clock
         self.client = client
         self.planner = planner
-        #: The plan of a poll cycle (see the module's docstring). A planner
-        #: given without one plans every cycle in full.
-        self.poll_planner = poll_planner
-        if poll_planner is None and planner is None:
-            self.poll_planner = default_poll_planner()
-        #: When the last full cycle started (self._monotonic), and whether the
-        #: run loop asks the next cycle to be a poll.
-        self._last_full = -float("inf")
-        self._poll_next = False
         self.fabric_loader = fabric_loader or default_fabric_loader
         self.serve_metrics = serve_metrics
         self.state_dir = Path(settings.daemon.state_dir)
@@ -342,14 +322,7 @@ class Daemon:
                     break
                 # The doorbell wakes only a daemon whose last cycle went through:
                 # back-off and standby keep their own pace.
-                rung = self._sleep(self._delay(result), doorbell=result.result == "ok")
-                # A ring is a job that may preempt: it gets a full cycle, also
-                # when the short sleep ended before its first look at the bell
-                # (the poll cycle would take the ring in and drop it).
-                self._poll_next = (not rung and self.poll_planner is not None
-                                   and self._monotonic() - self._last_full
-                                   < self.settings.daemon.interval
-                                   and not self.doorbell.rung())
+                self._sleep(self._delay(result), doorbell=result.result == "ok")
             if self._stop_signal:
                 log.info("signal %d: the current step is done, stopping", self._stop_signal)
             self._release_lease()
@@ -552,10 +525,6 @@ class Daemon:
         self.cycles += 1
         self.doorbell.cycle_started(self._monotonic())
         self._feed_watchdog()
-        # A reload may change any rule: the cycle after it is a full one.
-        poll = self._poll_next and not self._reload
-        self._poll_next = False
-        began = self._monotonic()
         self._maybe_reload_settings()
         try:
             snapshot = self.client.snapshot()
@@ -592,12 +561,7 @@ class Daemon:
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)
-            if poll and self.poll_planner is not None:
-                plan = self.poll_planner(snapshot, fabric, self.settings, intents, now)
-                self.metrics.poll_cycles.inc()
-            else:
-                plan = self.planner(snapshot, fabric, self.settings, intents, now)
-                self._last_full = began
+            plan = self.planner(snapshot, fabric, self.settings, intents, now)
             self._feed_watchdog()
             if not self.stopping:
                 self.executor.carry_on(snapshot, now)

@@ -153,9 +153,6 @@ class Metrics:
         self.doorbell_wakes = Counter("slurmpolicy_doorbell_wakes",
                                       "Cycles started early by the submit doorbell (a job"
                                       " of a class that preempts was accepted)", registry=r)
-        self.poll_cycles = Counter("slurmpolicy_poll_cycles",
-                                   "Short cycles that only moved open preemptions on"
-                                   " (daemon.preemption_poll, between full cycles)", registry=r)
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None

@@ -2,6 +2,6 @@
 preemption, deferral; ``plan()`` and ``explain()``. No I/O lives here."""
 
 from slurmpolicy.policy.explain import explain
-from slurmpolicy.policy.plan import apply_to_intents, plan, plan_poll
+from slurmpolicy.policy.plan import apply_to_intents, plan
 
-__all__ = ["apply_to_intents", "explain", "plan", "plan_poll"]
+__all__ = ["apply_to_intents", "explain", "plan"]

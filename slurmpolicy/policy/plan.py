@@ -2,8 +2,7 @@
 
 Owns the order the rules run in and how their actions combine:
 
-1. open preemptions move on (signal, requeue, finish, abort): all that a
-   poll cycle between two full ones decides (``plan_poll``);
+1. open preemptions move on (signal, requeue, finish, abort);
 2. new preemptions for the highest waiting jobs that cannot start;
 3. starvation reservations (created, moved, deleted);
 4. deferral of ``--deferrable`` jobs;
@@ -72,22 +71,6 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     actions.extend(priority.site_factor_actions(ctx, prio))
     return Plan(actions=tuple(actions), effective_priority=prio.effective,
                 fragmented_since=prio.fragmented_since)
-
-
-def plan_poll(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
-              now: float, cache: PlanCache | None = None) -> Plan:
-    """A poll cycle's plan: the open preemptions move on (signal, requeue,
-    finish, abort), and nothing else is decided.
-
-    The daemon polls every ``daemon.preemption_poll`` seconds while a signalled
-    victim awaits its requeue, so that an ack is acted on within seconds; the
-    rest of the policy (priorities, new preemptions, reservations, deferral)
-    keeps the pace of ``daemon.interval``, as Slurm's backfill keeps
-    ``bf_interval`` however often its main scheduler runs. The actions are
-    those :func:`plan` gives first, from the same inputs.
-    """
-    ctx = Context(snapshot, fabric, settings, intents, now, cache)
-    return Plan(actions=tuple(preemption.advance_all(ctx)))
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:

@@ -60,6 +60,5 @@ def replay(
     if applied is not None:
         raw.actions = dict(applied)
         raw.over_budget_cycles = sim.driver.over_budget  # type: ignore[union-attr]
-        raw.poll_cycles = sim.driver.polls  # type: ignore[union-attr]
         raw.deferred_actions = sim.driver.deferred  # type: ignore[union-attr]
     return raw, summarize(raw)

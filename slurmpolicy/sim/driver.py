@@ -26,12 +26,10 @@ Slurm's semantics:
 At most ``daemon.max_slurm_calls_per_cycle`` calls a cycle, in the
 executor's order (``within_budget``); the rest waits for a later plan.
 
-The daemon calls ``plan()`` every ``daemon.interval`` seconds, and
-``plan_poll()`` (open preemptions only) every ``daemon.preemption_poll``
-seconds in between while a signalled victim awaits its requeue; the
-simulated daemon takes those short cycles only when one can move a victim on
-(its ack or deadline came), and plans in full when the last full plan is
-``daemon.interval`` old. To keep a
+The daemon calls ``plan()`` every ``daemon.interval`` seconds, and every
+``daemon.preemption_poll`` seconds while a signalled victim awaits its
+requeue; the simulated daemon takes those short cycles only when one can
+move a victim on (its ack or deadline came). To keep a
 50,000-job replay in minutes the simulated daemon skips a cycle when nothing
 that ``plan()`` acts on changed: it plans when a preemption is open, when a
 job of a class that preempts and is never preempted (production) newly waits
@@ -89,21 +87,17 @@ class PolicyDriver:
             raise PolicyUnavailable(
                 "the slurmpolicy mode needs slurmpolicy.policy.plan(), which this build lacks;"
                 " use --mode slurm-grace or slurm-requeue") from exc
-        from slurmpolicy.policy import apply_to_intents, plan_poll
+        from slurmpolicy.policy import apply_to_intents
         from slurmpolicy.policy.context import PlanCache
         self.sim = sim
         #: What one plan() hands the next (derived from unchanged records only).
         self.plan_cache = PlanCache()
         self.plan_fn = plan
-        self.poll_fn = plan_poll
-        #: When (sim time) the last full plan ran: a cycle sooner than
-        #: ``daemon.interval`` after it, for an open preemption alone, is a poll.
-        self.last_full = -math.inf
-        self.polls = 0
         self.apply_fn = apply_to_intents
         self.refresh = refresh
         self.fabric = sim.fabric if sim.fabric is not None else _fabric_of(sim)
         self.intents = Intents()
+        self.last_plan = -math.inf
         #: True while a preemption is open (the next cycle must move it on).
         self.open = False
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
@@ -142,21 +136,10 @@ class PolicyDriver:
         return self.open
 
     def should_plan(self) -> bool:
-        if self.open or self.sim.now - self.last_full >= self.refresh:
+        if self.open or self.sim.now - self.last_plan >= self.refresh:
             return True
-        return self._urgent_waits()
-
-    def _urgent_waits(self) -> bool:
         by_id = self.sim.by_id
         return any(by_id[i].state == 0 for i in self._new_urgent)
-
-    def poll_only(self) -> bool:
-        """This cycle is the daemon's poll: a preemption is open, the last full
-        plan is less than ``daemon.interval`` old and no urgent job newly waits
-        (the doorbell makes that cycle full)."""
-        sim = self.sim
-        return (self.open and sim.now - self.last_full < sim.settings.daemon.interval
-                and not self._urgent_waits())
 
     def poll_due(self) -> bool:
         """A signalled victim can move on: its ack is visible, its deadline
@@ -196,16 +179,11 @@ class PolicyDriver:
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
         intents = replace(self.intents, usage=usage, usage_at=now)
-        if self.poll_only():
-            plan = self.poll_fn(snapshot, self.fabric, sim.settings, intents, now,
-                                cache=self.plan_cache)
-            self.polls += 1
-        else:
-            plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
-                                cache=self.plan_cache)
-            self.last_full = sim.now
-            self._new_urgent.clear()
+        plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
+                            cache=self.plan_cache)
         sim.plan_calls += 1
+        self.last_plan = sim.now
+        self._new_urgent.clear()
         done = self.within_budget(plan.actions)
         if len(done) < len(plan.actions):
             # What the executor leaves for the next cycle never reaches the journal.

@@ -397,8 +397,6 @@ class RawResult:
     #: ``daemon.max_slurm_calls_per_cycle``, and the actions left for later.
     over_budget_cycles: int = 0
     deferred_actions: int = 0
-    #: slurmpolicy mode: of ``plan_calls``, the daemon's poll cycles (plan_poll).
-    poll_cycles: int = 0
 
 
 class Simulator:

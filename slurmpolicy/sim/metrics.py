@@ -132,7 +132,6 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "plan_calls": raw.plan_calls,
         "actions": dict(raw.actions),
         "over_budget_cycles": raw.over_budget_cycles,
-        "poll_cycles": raw.poll_cycles,
         "deferred_actions": raw.deferred_actions,
         "events": raw.events,
         "wall_seconds": raw.wall_seconds,

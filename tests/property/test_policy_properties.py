@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Reservation
-from slurmpolicy.policy import apply_to_intents, plan, plan_poll
+from slurmpolicy.policy import apply_to_intents, plan
 from slurmpolicy.policy.actions import (
     CreateReservation,
     Intents,
@@ -191,7 +191,6 @@ def test_never_a_requeue_before_signal_and_ack_or_deadline(case, steps):
         snap = b.snapshot(now)
         p = plan(snap, b.fabric(), s, intents, now)
         check_victims_requeue(snap, intents, p, now)
-        check_poll_is_head_of_plan(snap, b.fabric(), s, intents, now, p)
         intents = apply_to_intents(intents, p, now)
         # The executor's effects that Slurm would show: requeued victims pend again.
         for a in p.actions:
@@ -205,33 +204,6 @@ def test_never_a_requeue_before_signal_and_ack_or_deadline(case, steps):
                     if v.state is VictimState.SIGNALLED:
                         b.replace_job(v.job_id, comment=f"ckpt:{now:.0f}")
         b.now = now
-
-
-def check_poll_is_head_of_plan(snap, fab, s, intents, now, p):
-    """A poll cycle decides what the full plan decides first, and nothing new."""
-    poll = plan_poll(snap, fab, s, intents, now)
-    assert p.actions[:len(poll.actions)] == poll.actions
-    assert not [a for a in poll.actions
-                if isinstance(a, (StartPreemption, CreateReservation, UpdateReservation,
-                                  SetSiteFactor, SetBeginTime))]
-    return poll
-
-
-def test_a_poll_cycle_moves_an_acknowledged_victim_on():
-    """Guard against a vacuous check: a poll after the ack requeues the victim."""
-    b = ClusterBuilder(hosts=2)
-    b.run(101, "nlp", hosts=[1, 2], admin_comment=d("experimental", "USR1"))
-    b.pend(1, "vision", admin_comment=d("production", "USR1"))
-    s = from_mapping({})
-    first = plan(b.snapshot(), b.fabric(), s, Intents(), b.now)
-    intents = apply_to_intents(Intents(), first, b.now)
-    assert [a for a in first.actions if isinstance(a, SignalCheckpoint)]
-    b.now += 10
-    b.replace_job(101, comment=f"ckpt:{b.now:.0f}")
-    snap = b.snapshot(b.now)
-    full = plan(snap, b.fabric(), s, intents, b.now)
-    poll = check_poll_is_head_of_plan(snap, b.fabric(), s, intents, b.now, full)
-    assert [a.job_id for a in poll.actions if isinstance(a, Requeue)] == [101]
 
 
 def check_victims_requeue(snap, intents, p, now):

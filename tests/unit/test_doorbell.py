@@ -17,9 +17,7 @@ from slurmpolicy.daemon.doorbell import Doorbell, slurm_user
 from slurmpolicy.daemon.loop import Daemon
 from slurmpolicy.directives import lua_config
 from slurmpolicy.errors import ConfigError
-from slurmpolicy.model import Snapshot
 from slurmpolicy.plugin import render
-from slurmpolicy.policy.actions import Plan
 from slurmpolicy.settings import Daemon as DaemonSettings
 from slurmpolicy.settings import Metrics, Plugin, Settings, doorbell_classes, from_mapping
 
@@ -273,80 +271,3 @@ def test_slurm_user_is_read_from_slurm_conf(tmp_path: Path, text: str, user: str
     assert slurm_user(conf) == user
     assert slurm_user(None) == "root" and slurm_user(tmp_path / "missing") == "root"
 
-
-
-# -------------------------------------------------------------- poll cycles
-
-
-def _polling_daemon(tmp_path: Path, bell: Path | str, awaiting: list[bool],
-                    cycles: int) -> tuple[Daemon, FakeTime, list[str]]:
-    """A daemon on a fake clock whose planners record which one planned; it
-    stops after ``cycles`` cycles. ``awaiting[0]``: a signalled victim waits."""
-    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "state"), interval=30,
-                                              preemption_poll=5, lease_ttl=0),
-                        metrics=Metrics(enabled=False), plugin=Plugin(doorbell=str(bell)))
-    kinds: list[str] = []
-
-    class Client:
-        name = "fake"
-
-        def snapshot(self) -> Snapshot:
-            return Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
-
-    def planner(kind: str) -> object:
-        def plan(*args: object) -> Plan:
-            kinds.append(kind)
-            if len(kinds) == cycles:
-                d.request_stop()
-            return Plan()
-        return plan
-
-    d = Daemon(settings, client=Client(), planner=planner("full"),  # type: ignore[arg-type]
-               poll_planner=planner("poll"), fabric_loader=lambda s, st: None,
-               clock=lambda: 1000.0, serve_metrics=False)
-    fake = FakeTime(Path(bell) if bell else tmp_path / "no-bell")
-    d._monotonic = fake.monotonic
-    d._wait = fake.wait
-    d._awaiting_victims = lambda: awaiting[0]  # type: ignore[method-assign]
-    return d, fake, kinds
-
-
-def test_short_cycles_between_full_ones_only_poll(tmp_path: Path) -> None:
-    d, fake, kinds = _polling_daemon(tmp_path, "", [True], cycles=13)
-    assert d.run() == 0
-    # Every preemption_poll (5 s) while a victim waits; in full every interval (30 s).
-    assert kinds == (["full"] + ["poll"] * 5) * 2 + ["full"]
-    assert fake.now == 60.0
-    assert d.metrics.poll_cycles._value.get() == 10  # type: ignore[attr-defined]
-
-
-def test_without_a_waiting_victim_every_cycle_is_full(tmp_path: Path) -> None:
-    d, fake, kinds = _polling_daemon(tmp_path, "", [False], cycles=3)
-    assert d.run() == 0
-    assert kinds == ["full"] * 3 and fake.now == 60.0
-
-
-def test_a_ring_or_a_reload_makes_the_next_cycle_full(tmp_path: Path) -> None:
-    bell = tmp_path / "doorbell"
-    d, fake, kinds = _polling_daemon(tmp_path, bell, [True], cycles=6)
-    # At 7 s, during the short sleep after the poll at 5 s: that sleep ends at
-    # 10 s, before its first look at the bell, and the cycle is full anyway.
-    fake.rings = [7.0]
-    reloads: list[int] = []
-    plan_full = d.planner
-
-    def full_then_sighup(*args: object) -> object:
-        if len(kinds) == 2:  # the third plan: SIGHUP comes during this cycle
-            d._reload = True
-        return plan_full(*args)  # type: ignore[misc]
-
-    def reload() -> None:
-        if d._reload:
-            reloads.append(d.cycles)
-            d._reload = False
-
-    d.planner = full_then_sighup
-    d._maybe_reload_settings = reload  # type: ignore[method-assign]
-    assert d.run() == 0
-    assert kinds == ["full", "poll", "full", "full", "poll", "poll"]
-    assert reloads == [4]
