@@ -8,7 +8,10 @@ every later SIGTERM hangs behind it (seen once in CI: the daemon did not end
 within 60 s of two SIGTERMs). Here ``set()`` takes no lock at all: it flips a
 flag and writes one byte to a pipe, and ``wait()`` sleeps in ``select()`` on
 that pipe, so a request raised at any point, from a handler or another
-thread, ends the wait at once.
+thread, ends the wait at once. It waits in ``poll()``, not ``select()``:
+a daemon that opened a thousand descriptors (sockets, the journal, the
+notify socket) would get a pipe numbered past ``FD_SETSIZE``, which
+``select()`` refuses.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class StopRequest:
     def __init__(self) -> None:
         self._set = False
         self._pipe: tuple[int, int] | None = None
+        self._poller: select.poll | None = None
 
     def _fds(self) -> tuple[int, int]:
         # Made on first use, so that a daemon object that never waits (unit
@@ -33,6 +37,8 @@ class StopRequest:
             os.set_blocking(r, False)
             os.set_blocking(w, False)
             self._pipe = (r, w)
+            self._poller = select.poll()
+            self._poller.register(r, select.POLLIN)
         return self._pipe
 
     def set(self) -> None:
@@ -49,13 +55,14 @@ class StopRequest:
         """Sleep up to ``timeout`` seconds or until set; True when set."""
         # The pipe first, the flag second: set() writes the flag first and
         # the pipe second, so one of the two sees the other. A set() after
-        # the check below wrote to the pipe already: select() returns at
-        # once. After a signal handler ran, Python retries select() (PEP 475),
+        # the check below wrote to the pipe already: poll() returns at
+        # once. After a signal handler ran, Python retries poll() (PEP 475),
         # and the pipe is readable by then.
-        r, _ = self._fds()
+        self._fds()
         if self._set:
             return True
-        select.select([r], [], [], max(0.0, timeout))
+        assert self._poller is not None
+        self._poller.poll(max(0.0, timeout) * 1000.0)  # milliseconds
         return self._set
 
     def close(self) -> None:
@@ -63,3 +70,4 @@ class StopRequest:
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None
+            self._poller = None

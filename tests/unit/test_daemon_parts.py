@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from slurmpolicy.daemon import notify as notify_mod
-from slurmpolicy.daemon import stop as stop_mod
 from slurmpolicy.daemon.lock import AlreadyRunning, StateLock
 from slurmpolicy.daemon.loop import Daemon
 from slurmpolicy.daemon.notify import Notifier
@@ -91,25 +90,55 @@ def test_notify_to_a_full_queue_gives_up_with_a_warning(
 
 def test_stop_request_raised_just_before_the_wait_sleeps_ends_it() -> None:
     # The worst moment for a signal handler: after wait() looked at the flag,
-    # before it sleeps. select() must find the pipe readable, not time out.
+    # before it sleeps. poll() must find the pipe readable, not time out.
     stop = StopRequest()
-    real_select = select.select
-    seen: list[list[int]] = []
+    stop._fds()
+    real = stop._poller
+    assert real is not None
+    seen: list[list[tuple[int, int]]] = []
 
-    def handler_then_select(r: list[int], w: list[int], x: list[int],
-                            timeout: float) -> tuple[list[int], list[int], list[int]]:
-        stop.set()
-        ready = real_select(r, w, x, timeout)
-        seen.append(ready[0])
-        return ready
+    class HandlerThenPoll:
+        def poll(self, timeout: float) -> list[tuple[int, int]]:
+            stop.set()
+            ready = real.poll(timeout)
+            seen.append(ready)
+            return ready
 
+    stop._poller = HandlerThenPoll()  # type: ignore[assignment]
     try:
-        stop_mod.select.select = handler_then_select  # type: ignore[assignment]
         assert stop.wait(600) is True
     finally:
-        stop_mod.select.select = real_select  # type: ignore[assignment]
         stop.close()
-    assert seen and seen[0], "select() slept: the request did not wake it"
+    assert seen and seen[0], "poll() slept: the request did not wake it"
+
+
+def test_stop_request_waits_on_a_descriptor_past_fd_setsize() -> None:
+    # A long-lived daemon may hold many descriptors; select() refuses one
+    # numbered 1024 or more (ValueError), poll() does not.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.fail(f"RLIMIT_NOFILE hard limit {hard} < 1100: cannot open the descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100) if hard == resource.RLIM_INFINITY
+                                                else min(max(soft, 1100), hard), hard))
+    held: list[int] = []
+    stop = StopRequest()
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        r, _ = stop._fds()
+        assert r >= 1024
+        with pytest.raises(ValueError):
+            select.select([r], [], [], 0)  # what the old wait() did
+        assert stop.wait(0.01) is False
+        threading.Timer(0.05, stop.set).start()
+        assert stop.wait(600) is True
+    finally:
+        stop.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_stop_request_from_a_signal_handler_while_waiting() -> None:
