@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import ne
 
 from slurmpolicy.model import Job
 from slurmpolicy.policy.actions import SetSiteFactor
@@ -231,38 +232,53 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     if order is None:
         order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
                                              j.job_id))
-    # The jobs by position in ``order``: their policy priority, what Slurm's
-    # priority holds besides the site factor, and the rest of Slurm's sort key.
+    # The jobs by position in ``order``: their policy priority, whether the
+    # site factor Slurm holds is stale, whether it is chosen already, and
+    # Slurm's sort key once written (``new_key``) and as it stands (``skey``:
+    # the site factor it holds now, or once chosen, the written one). Built
+    # column by column: this runs every cycle over every waiting job.
     n = len(order)
-    ids: list[int] = []
-    eff: list[int] = []
-    stale: list[bool] = []
-    taken: list[bool] = []
-    # Slurm's sort key of each job with the site factor it holds now, and once written.
-    new_key: list[tuple[int, float, int]] = []
-    # Slurm's key of each job as it stands: the site factor it holds now, or
-    # once chosen, the written one.
-    skey: list[tuple[int, float, int]] = []
-    for j in order:
-        i = j.job_id
-        e, v, c, t = effective[i], new[i], cur[i], -(j.submit_time or 0.0)
-        chosen_now = i in chosen
-        ids.append(i)
-        eff.append(e)
-        stale.append(v != c)
-        taken.append(chosen_now)
-        key = (e, t, -i)
-        new_key.append(key)
-        skey.append(key if v == c or chosen_now else (e - v + c, t, -i))
+    if n == 0:
+        return
+    ids = [j.job_id for j in order]
+    eff = list(map(effective.__getitem__, ids))
+    vs = list(map(new.__getitem__, ids))
+    cs = list(map(cur.__getitem__, ids))
+    ts = [-(j.submit_time or 0.0) for j in order]
+    neg_ids = [-i for i in ids]
+    stale = list(map(ne, vs, cs))
+    taken = list(map(chosen.__contains__, ids))
+    new_key = list(zip(eff, ts, neg_ids, strict=True))
+    skey = [k if not st or tk else (e - v + c, t, ni)
+            for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
+                                                 neg_ids, strict=True)]
+    # How many leading jobs must stay ahead of job x: those at least
+    # ``threshold`` above it (a prefix, since ``order`` is by priority), never
+    # x itself or one after it. It depends on the priorities alone.
+    must_lead: list[int] = []
+    lead = 0
+    for x, e in enumerate(eff):
+        bar = e + threshold
+        while lead < x and eff[lead] >= bar:
+            lead += 1
+        must_lead.append(lead)
+    # A pass changes no job before ``first`` (the lowest position it chose):
+    # the next pass would repeat the same steps up to there and choose
+    # nothing, so it starts there, with the weakest job that must stay ahead
+    # found among the (unchanged) jobs before it.
+    first = 0
     for _ in range(_MAX_PASSES):
         added = False
-        lowest = _NO_KEY  # the weakest job that must stay ahead (none yet)
-        weakest = -1
-        ahead = 0
-        for x in range(n):
-            # Every job at least ``threshold`` above x must stay ahead of it in Slurm.
-            bar = eff[x] + threshold
-            while ahead < n and ahead != x and eff[ahead] >= bar:
+        ahead = must_lead[first]
+        if ahead:
+            weakest = min(range(ahead), key=skey.__getitem__)  # the first lowest, as below
+            lowest = skey[weakest]
+        else:
+            lowest, weakest = _NO_KEY, -1  # the weakest job that must stay ahead (none yet)
+        changed_from = n
+        for x in range(first, n):
+            lead = must_lead[x]
+            while ahead < lead:
                 key = skey[ahead]
                 if key < lowest:
                     lowest, weakest = key, ahead
@@ -276,8 +292,11 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
                 skey[target] = new_key[target]
                 chosen.add(ids[target])
                 added = True
+                if target < changed_from:
+                    changed_from = target
         if not added:
             return
+        first = changed_from
     chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
 
 

@@ -68,3 +68,71 @@ def test_one_cycle_puts_slurms_order_in_line(jobs, threshold) -> None:  # type: 
     again = plan(snap, fabric, s, Intents(site_factors={**known, **{
         j: a.site_factor for j, a in written.items()}}), b.now)
     assert not [a for a in again.actions if isinstance(a, SetSiteFactor)]
+
+
+def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chosen):  # type: ignore[no-untyped-def]
+    """The order check as first written: every pass walks the whole queue.
+    ``priority._reorder`` starts a pass where the one before changed a job
+    and must choose exactly the same jobs."""
+    from slurmpolicy.policy.priority import _MAX_PASSES, _NO_KEY
+
+    n = len(order)
+    ids, eff, stale, taken, new_key, skey = [], [], [], [], [], []
+    for j in order:
+        i = j.job_id
+        e, v, c, t = effective[i], new[i], cur[i], -(j.submit_time or 0.0)
+        ids.append(i)
+        eff.append(e)
+        stale.append(v != c)
+        taken.append(i in chosen)
+        key = (e, t, -i)
+        new_key.append(key)
+        skey.append(key if v == c or i in chosen else (e - v + c, t, -i))
+    for _ in range(_MAX_PASSES):
+        added = False
+        lowest, weakest, ahead = _NO_KEY, -1, 0
+        for x in range(n):
+            bar = eff[x] + threshold
+            while ahead < n and ahead != x and eff[ahead] >= bar:
+                if skey[ahead] < lowest:
+                    lowest, weakest = skey[ahead], ahead
+                ahead += 1
+            if lowest > skey[x]:
+                continue
+            target = x if stale[x] and not taken[x] else weakest
+            if not taken[target] and stale[target]:
+                taken[target] = True
+                skey[target] = new_key[target]
+                chosen.add(ids[target])
+                added = True
+        if not added:
+            return
+    chosen.update(j.job_id for j in order if new[j.job_id] != cur[j.job_id])
+
+
+queue_strategy = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(0, 60), st.integers(0, 5),
+              st.booleans()),
+    min_size=1, max_size=80)
+
+
+@settings(max_examples=400, deadline=None)
+@given(queue_strategy, st.sampled_from([1, 5, 20]))
+def test_order_check_chooses_what_a_check_of_every_pass_from_the_top_chooses(
+        rows, threshold) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.priority import _reorder
+
+    jobs = [SimpleNamespace(job_id=i, submit_time=float(submit))
+            for i, (_, _, _, submit, _) in enumerate(rows, start=1)]
+    effective = {j.job_id: r[0] for j, r in zip(jobs, rows, strict=True)}
+    new = {j.job_id: r[1] for j, r in zip(jobs, rows, strict=True)}
+    # Small values: many ties and many jobs whose site factor is not stale.
+    cur = {j.job_id: (r[1] if r[2] % 3 == 0 else r[2]) for j, r in zip(jobs, rows, strict=True)}
+    pre = {j.job_id for j, r in zip(jobs, rows, strict=True) if r[4]}
+    order = sorted(jobs, key=lambda j: (-effective[j.job_id], j.submit_time, j.job_id))
+    want, got = set(pre), set(pre)
+    _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, want)
+    _reorder(jobs, new, cur, effective, threshold, got)  # type: ignore[arg-type]
+    assert got == want
