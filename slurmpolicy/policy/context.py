@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from collections.abc import Mapping
+from itertools import repeat
+from operator import attrgetter
+from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
@@ -63,6 +67,15 @@ def job_gpus_per_node(job: Job) -> int:
 
 #: Job's fields, for PlanCache.with_priority's copy.
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+# The copy reads every field but the priority in one call and writes them
+# through their slot descriptors in one more: a loop over 42 fields in C, not
+# in Python (a third of the copy's time; the simulator makes one per waiting
+# job and PriorityCalcPeriod).
+_OTHER_FIELDS = tuple(f for f in _JOB_FIELDS if f != "priority")
+_read_others = attrgetter(*_OTHER_FIELDS)
+_other_slots = tuple(Job.__dict__[f] for f in _OTHER_FIELDS)
+_set_slot = MemberDescriptorType.__set__
+_set_priority = Job.__dict__["priority"].__set__
 
 
 def job_gpus(job: Job) -> int:
@@ -154,9 +167,8 @@ class PlanCache:
         priority, which Slurm changes for every pending job each
         PriorityCalcPeriod."""
         new = object.__new__(Job)  # a frozen record: filled as its __init__ would
-        for name in _JOB_FIELDS:
-            object.__setattr__(new, name, getattr(job, name))
-        object.__setattr__(new, "priority", priority)
+        deque(map(_set_slot, _other_slots, repeat(new), _read_others(job)), maxlen=0)
+        _set_priority(new, priority)
         info = self.jobs.get(job.job_id)
         if info is not None and info.job is job:
             info.job = new
