@@ -6,9 +6,9 @@ before it blocks. A SIGTERM whose Python handler runs in that moment, in the
 main thread that holds the lock, waits on it for good: the daemon hangs and
 every later SIGTERM hangs behind it (seen once in CI: the daemon did not end
 within 60 s of two SIGTERMs). Here ``set()`` takes no lock at all: it flips a
-flag and writes one byte to a pipe, and ``wait()`` sleeps in ``select()`` on
+flag and writes one byte to a pipe, and ``wait()`` sleeps in ``poll()`` on
 that pipe, so a request raised at any point, from a handler or another
-thread, ends the wait at once. It waits in ``poll()``, not ``select()``:
+thread, ends the wait at once. ``poll()``, not ``select()``:
 a daemon that opened a thousand descriptors (sockets, the journal, the
 notify socket) would get a pipe numbered past ``FD_SETSIZE``, which
 ``select()`` refuses.
