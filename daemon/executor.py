@@ -486,10 +486,18 @@ class Executor:
                 self._one(action, snapshot, now)
                 pending.pop(0)
         except CallBudgetExhausted:
-            report.deferred += len([a for a in pending if not isinstance(a, Annotate)])
+            report.deferred += plan.held_back + len(
+                [a for a in pending if not isinstance(a, Annotate)])
             report.notes.append(f"call budget of {self._budget} reached; "
                                 f"{report.deferred} action(s) left for the next cycle")
             log.warning(report.notes[-1])
+        else:
+            if plan.held_back:
+                # The planner left out the site factors this budget could never write.
+                report.deferred += plan.held_back
+                report.notes.append(f"call budget of {self._budget} reached; "
+                                    f"{plan.held_back} site factor(s) left for the next cycle")
+                log.warning(report.notes[-1])
         return report
 
     def _one(self, action: Action, snapshot: Snapshot, now: float) -> None:

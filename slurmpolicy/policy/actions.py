@@ -162,6 +162,10 @@ class Plan:
     #: seconds): the daemon journals it as ``Intents.fragmented_since``
     #: (None: a plan made by hand, which leaves the journal's as it is).
     fragmented_since: Mapping[int, float] | None = None
+    #: Site factors the plan wanted but left out, as the executor's call budget
+    #: could not write them this cycle (``priority.site_factor_actions``): the
+    #: next plan asks again. Counted with the executor's deferred actions.
+    held_back: int = 0
 
     def of_kind(self, kind: type[Action]) -> list[Action]:
         return [a for a in self.actions if isinstance(a, kind)]
@@ -249,6 +253,34 @@ class Intents:
 
 #: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
 SITE_FACTOR_BATCH = 1000
+
+def site_factors_within(job_ids: list[int], value: Mapping[int, int], calls: int) -> list[int]:
+    """Of the jobs whose site factor a plan writes, in its order, those the
+    daemon's executor writes within ``calls`` Slurm calls: it groups the jobs
+    by value (groups in the order their value first comes), cuts each group
+    in batches of ``SITE_FACTOR_BATCH`` and makes one call a batch
+    (``Executor._site_factors``). The plan's order is kept."""
+    groups: dict[int, int] = {}  # value -> its jobs
+    for job_id in job_ids:
+        v = value[job_id]
+        groups[v] = groups.get(v, 0) + 1
+    first_call: dict[int, int] = {}  # value -> its group's first batch
+    used = 0
+    for v, n in groups.items():
+        first_call[v] = used
+        used += -(-n // SITE_FACTOR_BATCH)
+    if used <= calls:
+        return job_ids  # every batch gets its call: the common case
+    seen: dict[int, int] = {}
+    kept = []
+    for job_id in job_ids:
+        v = value[job_id]
+        k = seen.get(v, 0)
+        seen[v] = k + 1
+        if first_call[v] + k // SITE_FACTOR_BATCH < calls:
+            kept.append(job_id)
+    return kept
+
 
 #: Order in which actions of one plan are carried out when the call budget is short:
 #: finishing what is in flight comes before starting anything new.

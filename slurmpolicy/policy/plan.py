@@ -68,9 +68,10 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     claimed = set(ctx.claimed_hosts)
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
     actions.extend(deferral.deferral_actions(ctx))
-    actions.extend(priority.site_factor_actions(ctx, prio))
+    site_factors, held_back = priority.site_factor_actions(ctx, prio)
+    actions.extend(site_factors)
     return Plan(actions=tuple(actions), effective_priority=prio.effective,
-                fragmented_since=prio.fragmented_since)
+                fragmented_since=prio.fragmented_since, held_back=held_back)
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from operator import ne
 
 from slurmpolicy.model import Job
-from slurmpolicy.policy.actions import SetSiteFactor
+from slurmpolicy.policy.actions import SetSiteFactor, site_factors_within
 from slurmpolicy.policy.context import Context
 
 
@@ -300,14 +300,24 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
 
 
-def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFactor]:
-    """The site factors worth a Slurm call, largest change first, capped per cycle.
+def site_factor_actions(ctx: Context, result: PriorityResult,
+                        ) -> tuple[list[SetSiteFactor], int]:
+    """The site factors worth a Slurm call, largest change first, capped per
+    cycle; and how many more the daemon could not write this cycle (held back).
 
     A job the daemon never set gets its site factor when it differs from what
     Slurm holds by ``priority.change_threshold`` or more. A job it did set is
     written again only when its old value puts it out of order against a job
     it competes with (same nodes) by at least the threshold: drifts that change
     no order cost no Slurm call, however many jobs drift.
+
+    The executor writes the jobs that get the same value in one call (at most
+    ``SITE_FACTOR_BATCH`` jobs), values in the order they first come in the
+    plan, and stops at ``daemon.max_slurm_calls_per_cycle`` calls. A job whose
+    batch lies past that many cannot be written this cycle whatever else the
+    plan holds, and the next plan asks again: it is held back here, counted,
+    and its action (whose reason spells out its factors) is not built. The
+    jobs written are the same as without the cut.
     """
     threshold = max(1, ctx.settings.priority.change_threshold)
     known = ctx.intents.site_factors
@@ -325,8 +335,10 @@ def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFac
                      and len(group) == len(ctx.pending) else None)
             _reorder(group, new, cur, result.effective, threshold, chosen, order)
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
+    wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
+    writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
     actions = []
-    for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]:
+    for job_id in writable:
         job = ctx.by_id[job_id]
         why = "new job" if job_id not in known else "its order against competing jobs changed"
         actions.append(SetSiteFactor(
@@ -334,4 +346,5 @@ def site_factor_actions(ctx: Context, result: PriorityResult) -> list[SetSiteFac
             reason=f"site factor {cur[job_id]} -> {new[job_id]} ({why}): "
                    f"{factors(ctx, job, job_id in result.bonus).describe()}"
                    f" ({ctx.job_class(job).name}, {ctx.fairshare.describe(job.account)})"))
-    return actions
+    return actions, len(wanted) - len(writable)
+

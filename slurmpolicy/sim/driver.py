@@ -63,6 +63,7 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
     VictimState,
     in_execution_order,
+    site_factors_within,
 )
 from slurmpolicy.settings import doorbell_classes
 from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator
@@ -185,9 +186,11 @@ class PolicyDriver:
         self.last_plan = sim.now
         self._new_urgent.clear()
         done = self.within_budget(plan.actions)
-        if len(done) < len(plan.actions):
-            # What the executor leaves for the next cycle never reaches the journal.
-            self.deferred += sum(1 for a in plan.actions if not isinstance(a, Annotate)) - sum(
+        if len(done) < len(plan.actions) or plan.held_back:
+            # What the executor leaves for the next cycle never reaches the
+            # journal; nor do the site factors the plan held back for it.
+            self.deferred += plan.held_back + sum(
+                1 for a in plan.actions if not isinstance(a, Annotate)) - sum(
                 1 for a in done if not isinstance(a, Annotate))
             self.over_budget += 1
             plan = replace(plan, actions=done)
@@ -206,10 +209,11 @@ class PolicyDriver:
         ``daemon.max_slurm_calls_per_cycle``, in its order: one call each
         (a StartPreemption two: reserve, then name the reservation on the
         beneficiary; a FinishPreemption one, deleting its reservation; an
-        Annotate none), site factors one call per batch of jobs that get the
-        same value. Once a call would pass the budget, the executor stops and
-        the rest waits for the next cycle. (Calls that retry earlier steps,
-        ``carry_on``, are not modelled: the simulated Slurm never fails one.)
+        Annotate none), site factors last, one call per batch of jobs that
+        get the same value (``site_factors_within``). Once a call would pass
+        the budget, the executor stops and the rest waits for the next cycle.
+        (Calls that retry earlier steps, ``carry_on``, are not modelled: the
+        simulated Slurm never fails one.)
         Returns ``actions`` itself when all fit."""
         budget = self.sim.settings.daemon.max_slurm_calls_per_cycle
         cost = 0
@@ -223,24 +227,22 @@ class PolicyDriver:
             return actions  # the common case: everything fits
         done: list[Action] = []
         calls = 0
-        batches: dict[int, int] = {}  # value -> jobs in its open batch
+        site: list[SetSiteFactor] = []
         for a in in_execution_order(actions):
             if isinstance(a, Annotate):
                 continue  # after every call: the executor stopped before it, or not
             if isinstance(a, SetSiteFactor):
-                n = batches.get(a.site_factor, SITE_FACTOR_BATCH)
-                if n >= SITE_FACTOR_BATCH:  # a new batch: one call
-                    if calls >= budget:
-                        break
-                    calls += 1
-                    n = 0
-                batches[a.site_factor] = n + 1
-                done.append(a)
+                site.append(a)  # last in the order but for notes: batched below
                 continue
             if calls >= budget:
                 break
             calls += _calls(a)
             done.append(a)
+        if site and calls < budget:
+            factor = {a.job_id: a.site_factor for a in site}
+            written = set(site_factors_within([a.job_id for a in site], factor,
+                                              budget - calls))
+            done.extend(a for a in site if a.job_id in written)
         kept = set(map(id, done))
         return tuple(a for a in actions if id(a) in kept)
 

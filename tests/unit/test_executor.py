@@ -602,3 +602,39 @@ def test_fragmented_memory_is_journaled_as_the_plan_says(journal: Journal) -> No
     ex.execute(Plan(fragmented_since={2: 950.0, 3: 1020.0}), s, 1020.0)  # job 1 started
     assert journal.load_intents().fragmented_since == {2: 950.0, 3: 1020.0}
     assert not rec.calls  # not a Slurm call
+
+
+def test_the_simulator_writes_the_site_factors_the_executor_writes(tmp_path: Path) -> None:
+    """The simulator's model of the call budget (``PolicyDriver.within_budget``)
+    writes the same site factors as this executor, values interleaved and
+    repeated, under budgets from none to all; and a plan's held-back site
+    factors count as deferred."""
+    import random
+    from types import SimpleNamespace
+
+    from slurmpolicy.sim.driver import PolicyDriver
+
+    rng = random.Random(5)
+    for case in range(40):
+        budget = rng.randint(1, 8)
+        factors = [SetSiteFactor(reason="r", job_id=10 + i, previous=0,
+                                 site_factor=rng.choice([1, 2, 3, 4, 5]))
+                   for i in range(rng.randint(1, 14))]
+        rec = BatchRecorder()
+        ex = Executor(rec, Journal(tmp_path / str(case)),
+                      Settings(daemon=Daemon(max_slurm_calls_per_cycle=budget)),
+                      clock=lambda: 1000.0)
+        run(ex, snap(), *factors)
+        written = [j for method, key in rec.calls
+                   for j in (key[1] if method == "set_site_factors" else (key,))]
+        sim = object.__new__(PolicyDriver)
+        sim.sim = SimpleNamespace(  # type: ignore[assignment]
+            settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=budget)))
+        modelled = [a.job_id for a in sim.within_budget(tuple(factors))]
+        assert sorted(written) == sorted(modelled), (budget, factors)
+        assert ex._report.deferred == len(factors) - len(written)
+    ex = Executor(BatchRecorder(), Journal(tmp_path / "held"), Settings(), clock=lambda: 1000.0)
+    ex.reconcile(snap(), 1000.0)
+    ex.execute(Plan(held_back=4), snap(), 1000.0)
+    assert ex._report.deferred == 4
+    assert "4 site factor(s) left for the next cycle" in ex._report.notes[-1]

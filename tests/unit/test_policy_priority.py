@@ -291,3 +291,42 @@ def test_no_fragmentation_memory_while_the_bonus_is_off():
     assert Settings().aging.fragmentation_bonus_per_hour == 0
     assert p.fragmented_since == {}
     assert "fragmentation" not in site_factors(p)[1].reason
+
+
+def test_site_factors_past_the_call_budget_are_held_back_not_built() -> None:
+    """The plan leaves out the site factors whose call lies past
+    ``daemon.max_slurm_calls_per_cycle`` (each job here gets its own value: one
+    call each), counts them, and keeps the very ones the executor would write
+    from the uncut plan: the largest changes."""
+    from slurmpolicy.settings import Daemon
+
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 11):
+        b.pend(i, "a", waited=i * 3600)
+    free = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    tight = plan(b.snapshot(), b.fabric(), Settings(daemon=Daemon(max_slurm_calls_per_cycle=3)),
+                 Intents(), b.now)
+    every = [a for a in free.actions if isinstance(a, SetSiteFactor)]
+    assert len({a.site_factor for a in every}) == 10 and free.held_back == 0
+    assert [a for a in tight.actions if isinstance(a, SetSiteFactor)] == every[:3]
+    assert tight.held_back == 7
+
+
+def test_site_factors_within_follows_the_executors_batches() -> None:
+    """Values in the order they first come, a call per batch of at most
+    SITE_FACTOR_BATCH jobs of one value: a later job of a value already
+    written rides in its call."""
+    from slurmpolicy.policy.actions import SITE_FACTOR_BATCH, site_factors_within
+
+    value = {1: 500, 2: 700, 3: 500, 4: 900, 5: 700, 6: 11}
+    ids = [1, 2, 3, 4, 5, 6]
+    assert site_factors_within(ids, value, 4) == ids
+    assert site_factors_within(ids, value, 2) == [1, 2, 3, 5]
+    assert site_factors_within(ids, value, 1) == [1, 3]
+    assert site_factors_within(ids, value, 0) == []
+    # One value over a batch: its second batch is the second call, before the next value.
+    many = list(range(100, 101 + SITE_FACTOR_BATCH)) + [7]
+    value = dict.fromkeys(many, 5) | {7: 6}
+    assert site_factors_within(many, value, 1) == many[:SITE_FACTOR_BATCH]
+    assert site_factors_within(many, value, 2) == many[:-1]
+    assert site_factors_within(many, value, 3) == many
