@@ -79,7 +79,8 @@ def plan(ctx: click.Context, as_json: bool, from_dir: str | None, adapter: str |
     actions = [a for a in result.actions if not (no_notes and a.kind == "Annotate")]
     if as_json:
         click.echo(json.dumps({"now": now, "intents": source,
-                               "actions": [action_dict(a) for a in actions]},
+                               "actions": [action_dict(a) for a in actions],
+                               "site_factors_held_back": result.held_back},
                               indent=2, default=str))
         return
     from rich.console import Console
@@ -95,8 +96,13 @@ def plan(ctx: click.Context, as_json: bool, from_dir: str | None, adapter: str |
     console.print(Text("Plan", style="bold") + Text(
         inert(f" for {snapshot.cluster_name or 'cluster'}: "
               f"{pending} pending, {running} running jobs; {source}")))
+    held = (f"{result.held_back} more site factor(s) wait for a later cycle: past "
+            f"daemon.max_slurm_calls_per_cycle ({cfg.daemon.max_slurm_calls_per_cycle})"
+            if result.held_back else "")
     if not actions:
         console.print("Nothing to do.")
+        if held:
+            console.print(held)
         return
     table = Table(show_lines=False)
     table.add_column("action", style="bold")
@@ -105,3 +111,5 @@ def plan(ctx: click.Context, as_json: bool, from_dir: str | None, adapter: str |
     for a in actions:
         table.add_row(a.kind, Text(inert(target_of(a))), Text(inert(a.reason)))
     console.print(table)
+    if held:
+        console.print(held)

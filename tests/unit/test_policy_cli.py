@@ -39,3 +39,19 @@ def test_plan_bad_dir(tmp_path):
     res = CliRunner().invoke(cli, ["plan", "--from-dir", str(tmp_path)])
     assert res.exit_code != 0
     assert "squeue.json" in str(res.exception) + res.output
+
+
+def test_plan_says_what_the_call_budget_holds_back(tmp_path):
+    """Three pending jobs with three values, a budget of one call: the dry run
+    shows one site factor and says two wait (JSON and table alike)."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text("[daemon]\nmax_slurm_calls_per_cycle = 1\n")
+    args = ["--config", str(cfg), "plan", "--from-dir", str(FIXTURES / "slurm-25.11")]
+    res = CliRunner().invoke(cli, [*args[:3], "--json", *args[3:]])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert [a["job_id"] for a in data["actions"] if a["kind"] == "SetSiteFactor"] == [9]
+    assert data["site_factors_held_back"] == 2
+    res = CliRunner().invoke(cli, [*args, "--no-notes"])
+    assert res.exit_code == 0, res.output
+    assert "2 more site factor(s) wait for a later cycle" in res.output

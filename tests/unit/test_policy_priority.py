@@ -325,7 +325,7 @@ def test_site_factors_within_follows_the_executors_batches() -> None:
     assert site_factors_within(ids, value, 1) == [1, 3]
     assert site_factors_within(ids, value, 0) == []
     # One value over a batch: its second batch is the second call, before the next value.
-    many = list(range(100, 101 + SITE_FACTOR_BATCH)) + [7]
+    many = [*range(100, 101 + SITE_FACTOR_BATCH), 7]
     value = dict.fromkeys(many, 5) | {7: 6}
     assert site_factors_within(many, value, 1) == many[:SITE_FACTOR_BATCH]
     assert site_factors_within(many, value, 2) == many[:-1]
