@@ -254,6 +254,7 @@ class Intents:
 #: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
 SITE_FACTOR_BATCH = 1000
 
+
 def site_factors_within(job_ids: list[int], value: Mapping[int, int], calls: int) -> list[int]:
     """Of the jobs whose site factor a plan writes, in its order, those the
     daemon's executor writes within ``calls`` Slurm calls: it groups the jobs

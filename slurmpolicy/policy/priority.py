@@ -347,4 +347,3 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
                    f"{factors(ctx, job, job_id in result.bonus).describe()}"
                    f" ({ctx.job_class(job).name}, {ctx.fairshare.describe(job.account)})"))
     return actions, len(wanted) - len(writable)
-
