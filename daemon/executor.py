@@ -49,6 +49,7 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from slurmpolicy.durations import humanize
@@ -62,7 +63,6 @@ from slurmpolicy.errors import (
 from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment, read_acks
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
-    SITE_FACTOR_BATCH,
     Action,
     Annotate,
     CreateReservation,
@@ -78,6 +78,7 @@ from slurmpolicy.policy.actions import (
     UpdateReservation,
     VictimState,
     in_execution_order,
+    site_factor_batches,
 )
 from slurmpolicy.policy.preemption import checkpoint_age_basis, exited_to_continue
 from slurmpolicy.protocol import effective_policy
@@ -86,6 +87,7 @@ from slurmpolicy.slurm.client import ReservationSpec, SignalTarget, SlurmClient
 from slurmpolicy.store import FAILED, OK, REACHED, STARTED, UNKNOWN, Journal
 
 log = logging.getLogger("slurmpolicy.daemon")
+_site_factor = attrgetter("site_factor")
 
 #: Starvation reservations: IGNORE_JOBS because the nodes are busy when we
 #: reserve them; MAGNETIC so that the waiting job uses the reservation without
@@ -556,11 +558,7 @@ class Executor:
         Batches go largest change first (the plan's order); when the call
         budget runs out, what is left goes back on ``pending`` (deferred).
         """
-        groups: dict[int, list[SetSiteFactor]] = {}
-        for a in actions:
-            groups.setdefault(a.site_factor, []).append(a)
-        batches = [chunk[i:i + SITE_FACTOR_BATCH] for chunk in groups.values()
-                   for i in range(0, len(chunk), SITE_FACTOR_BATCH)]
+        batches = site_factor_batches(actions, _site_factor)
         for n, batch in enumerate(batches):
             if self.should_stop():
                 pending[:0] = [a for b in batches[n:] for a in b]

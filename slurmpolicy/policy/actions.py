@@ -9,9 +9,10 @@ Slurm's semantics; the inspector shows them. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,36 +252,33 @@ class Intents:
         return [p for p in self.preemptions if p.open]
 
 
+T = TypeVar("T")
+
 #: Most jobs named in one batched site-factor call (its argv stays far below ARG_MAX).
 SITE_FACTOR_BATCH = 1000
 
 
+def site_factor_batches(items: Sequence[T], value_of: Callable[[T], int]) -> list[list[T]]:
+    """The daemon executor's Slurm calls for a plan's site factors, in its
+    order, one call a batch: the items grouped by value (groups in the order
+    their value first comes), each group cut in batches of
+    ``SITE_FACTOR_BATCH``. ``value_of`` gives an item's site factor."""
+    groups: dict[int, list[T]] = {}
+    for item in items:
+        groups.setdefault(value_of(item), []).append(item)
+    return [group[i:i + SITE_FACTOR_BATCH] for group in groups.values()
+            for i in range(0, len(group), SITE_FACTOR_BATCH)]
+
+
 def site_factors_within(job_ids: list[int], value: Mapping[int, int], calls: int) -> list[int]:
     """Of the jobs whose site factor a plan writes, in its order, those the
-    daemon's executor writes within ``calls`` Slurm calls: it groups the jobs
-    by value (groups in the order their value first comes), cuts each group
-    in batches of ``SITE_FACTOR_BATCH`` and makes one call a batch
-    (``Executor._site_factors``). The plan's order is kept."""
-    groups: dict[int, int] = {}  # value -> its jobs
-    for job_id in job_ids:
-        v = value[job_id]
-        groups[v] = groups.get(v, 0) + 1
-    first_call: dict[int, int] = {}  # value -> its group's first batch
-    used = 0
-    for v, n in groups.items():
-        first_call[v] = used
-        used += -(-n // SITE_FACTOR_BATCH)
-    if used <= calls:
+    daemon's executor writes within its first ``calls`` calls
+    (:func:`site_factor_batches`). The plan's order is kept."""
+    batches = site_factor_batches(job_ids, value.__getitem__)
+    if len(batches) <= calls:
         return job_ids  # every batch gets its call: the common case
-    seen: dict[int, int] = {}
-    kept = []
-    for job_id in job_ids:
-        v = value[job_id]
-        k = seen.get(v, 0)
-        seen[v] = k + 1
-        if first_call[v] + k // SITE_FACTOR_BATCH < calls:
-            kept.append(job_id)
-    return kept
+    kept = {job_id for batch in batches[:calls] for job_id in batch}
+    return [job_id for job_id in job_ids if job_id in kept]
 
 
 #: Order in which actions of one plan are carried out when the call budget is short:

@@ -63,7 +63,7 @@ from slurmpolicy.policy.actions import (
     StartPreemption,
     VictimState,
     in_execution_order,
-    site_factors_within,
+    site_factor_batches,
 )
 from slurmpolicy.settings import doorbell_classes
 from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator
@@ -210,7 +210,7 @@ class PolicyDriver:
         (a StartPreemption two: reserve, then name the reservation on the
         beneficiary; a FinishPreemption one, deleting its reservation; an
         Annotate none), site factors last, one call per batch of jobs that
-        get the same value (``site_factors_within``). Once a call would pass
+        get the same value (``site_factor_batches``). Once a call would pass
         the budget, the executor stops and the rest waits for the next cycle.
         (Calls that retry earlier steps, ``carry_on``, are not modelled: the
         simulated Slurm never fails one.)
@@ -238,11 +238,8 @@ class PolicyDriver:
                 break
             calls += _calls(a)
             done.append(a)
-        if site and calls < budget:
-            factor = {a.job_id: a.site_factor for a in site}
-            written = set(site_factors_within([a.job_id for a in site], factor,
-                                              budget - calls))
-            done.extend(a for a in site if a.job_id in written)
+        for batch in site_factor_batches(site, _site_factor)[:max(0, budget - calls)]:
+            done.extend(batch)
         kept = set(map(id, done))
         return tuple(a for a in actions if id(a) in kept)
 
@@ -447,6 +444,7 @@ class PolicyDriver:
 
 
 _job_id = attrgetter("job_id")
+_site_factor = attrgetter("site_factor")
 
 
 def _calls(action: Action) -> int:
