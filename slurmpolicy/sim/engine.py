@@ -353,6 +353,9 @@ class SimReservation:
     #: bound to the beneficiary job alone (named on it, not MAGNETIC:
     #: daemon/executor.py PREEMPTION_FLAGS), so it opens to no one else.
     users: tuple[str, ...] = ()
+    #: Named on its job (``scontrol update job ReservationName=``): Slurm
+    #: starts that job inside it or not at all, until the name is taken off.
+    bound: bool = False
 
 
 @dataclass(slots=True)
@@ -896,6 +899,11 @@ class Simulator:
                 inside = self.hosts.place(n, spec.gpus_per_node, only=r.hosts)
                 if inside is not None:
                     return inside
+            if r is not None and r.bound and self.now < r.end:
+                # A job that names a reservation runs in it or waits: other free
+                # GPUs are no use to it until the daemon takes the name off
+                # (its "fits on free nodes" abort deletes the reservation).
+                return None
         usable = self._usable(j)
         if avoid:
             usable = list(usable) if usable is not None else [True] * len(self.hosts.names)
@@ -1026,6 +1034,8 @@ class Simulator:
                 continue
             if not open_hosts:
                 continue  # nothing can start now: the rest of the plan changes nothing
+            if self._bound(j):
+                continue  # it may start only on its reservation's hosts, which are held
             start, chosen = self._earliest(j, planned, steps, window_end, limit)
             if not chosen:
                 continue
@@ -1037,6 +1047,11 @@ class Simulator:
                     open_hosts.discard(h)
         if started:
             self._bf_changed = True
+
+    def _bound(self, j: SimJob) -> bool:
+        """``j`` names a live reservation (a preemption's beneficiary)."""
+        r = self.reservations.get(j.resv) if j.resv is not None else None
+        return r is not None and r.bound and self.now < r.end
 
     def _fits_nowhere(self, j: SimJob) -> bool:
         """In a backfill pass: ``j`` cannot start now, as a job tested earlier in
@@ -1388,7 +1403,7 @@ class Simulator:
         idx = tuple(self.hosts.index[h] for h in hosts if h in self.hosts.index)
         j = self.by_id.get(job_id)
         users = (j.spec.user,) if j is not None and not bound else ()
-        self.reservations[name] = SimReservation(name, idx, start, end, job_id, users)
+        self.reservations[name] = SimReservation(name, idx, start, end, job_id, users, bound)
         self._resv_version += 1
         if j is not None and j.state == PENDING:
             j.resv = name

@@ -19,7 +19,9 @@ The rules (also in docs/simulate.md):
   for more than they use, which is what EASY backfill works with).
 - checkpoints: every job saves periodically every ``ckpt_interval`` seconds of
   progress; on a signal it needs a seeded save time drawn from
-  ``save_times`` (some longer than a 30 s grace); a restart spends
+  ``save_times`` (some longer than a 30 s grace) and spread by up to
+  ``save_spread`` either way from a generator of its own (real saves do not
+  take whole multiples of the daemon's 5 s poll); a restart spends
   ``restore_time`` before it makes progress again.
 - GPUs: jobs of up to ``gpus_per_host`` GPUs run on one host; bigger ones ask
   ``ceil(gpus / gpus_per_host)`` hosts with an even share each (12 GPUs: 2 x 6).
@@ -88,6 +90,11 @@ class TraceRules:
     gpus_per_host: int = 8
     ckpt_interval: float = 1800.0
     save_times: tuple[float, ...] = (5.0, 15.0, 25.0, 60.0, 120.0)
+    #: Each job's save time is its draw from ``save_times`` times a factor in
+    #: [1 - spread, 1 + spread], drawn from a generator of the job's own so that
+    #: the other draws, and so every other job, stay as they were. With whole
+    #: multiples of the daemon's 5 s poll, every ack would land on a poll.
+    save_spread: float = 0.2
     restore_time: float = 60.0
     overestimate: tuple[float, float] = (1.5, 4.0)
     #: Arrival times are divided by this (2.0: twice as many jobs per hour).
@@ -134,6 +141,10 @@ class TraceRules:
         if self.elastic_fraction > 0 and nodes > 1 and \
                 random.Random(self.seed * 1_000_003 + job_id).random() < self.elastic_fraction:
             min_nodes = math.ceil(nodes / 2)
+        if self.save_spread > 0:
+            spread = random.Random(f"save:{self.seed}:{job_id}").uniform(
+                -self.save_spread, self.save_spread)
+            save = round(save * (1.0 + spread), 3)
         return TraceJob(
             job_id=job_id, submit=submit / self.load_scale, duration=max(1.0, duration),
             nodes=nodes, gpus_per_node=gpn, account=account or "default", job_class=job_class,

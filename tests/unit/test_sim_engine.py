@@ -243,6 +243,26 @@ def test_a_preemption_reservation_is_bound_to_its_beneficiary_alone() -> None:
     assert sim._usable(sim.by_id[3]) == [False]
 
 
+def test_a_bound_beneficiary_starts_in_its_reservation_or_waits() -> None:
+    """A job named on a reservation (scontrol update job ReservationName=) runs
+    there or nowhere: free GPUs elsewhere are no use to it until the name is
+    taken off (the daemon deletes the reservation). A MAGNETIC reservation of
+    its user holds no job back."""
+    hosts = Hosts.layout(2, 8, hosts_per_leaf=2)
+    sim = Simulator([job(1, 0, 8, 100, 3600)], hosts, "slurm-grace")
+    bene = sim.by_id[1]
+    sim.set_reservation("p", [hosts.names[0]], 1000.0, 9000.0, 1, bound=True)
+    assert bene.resv == "p"
+    assert sim._try_place(bene) is None  # host 1 is free, but the job is bound
+    sim.now = 1000.0
+    assert sim._try_place(bene) == [(0, 8)]
+    sim.now = 0.0
+    sim.delete_reservation("p")
+    assert bene.resv is None and sim._try_place(bene) is not None
+    sim.set_reservation("m", [hosts.names[0]], 1000.0, 9000.0, 1)  # magnetic: not bound
+    assert sim._try_place(bene) is not None
+
+
 def test_production_has_its_class_weight_from_submission_in_slurmpolicy_mode() -> None:
     trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental"),
              job(2, 100, 1, 100, 3600, cls="research"),

@@ -62,6 +62,22 @@ def test_class_rule_is_seeded_and_follows_fractions() -> None:
     assert 0.12 < share < 0.18
 
 
+
+def test_save_times_spread_off_the_poll_grid_and_leave_other_draws_alone() -> None:
+    """Each job's save time is its draw times a factor of its own generator:
+    not a whole multiple of the daemon's 5 s poll, within the spread, and the
+    classes and time limits are those drawn without the spread."""
+    text = "timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+        f"2017-09-04 10:{i // 60:02d}:{i % 60:02d},100,1,100,c\n" for i in range(500))
+    spread = read_philly(io.StringIO(text), TraceRules(seed=3))
+    grid = read_philly(io.StringIO(text), TraceRules(seed=3, save_spread=0.0))
+    assert all(s.save_time % 5 == 0 for s in grid)
+    assert sum(s.save_time % 5 != 0 for s in spread) > 450
+    for a, b in zip(spread, grid, strict=True):
+        assert (a.job_class, a.time_limit) == (b.job_class, b.time_limit)
+        assert 0.8 * b.save_time <= a.save_time <= 1.2 * b.save_time
+    assert max(s.save_time for s in spread) <= 150.0  # the baseline's GraceTime
+
 SACCT_DEFAULT = """JobID|JobName|Partition|Account|AllocCPUS|State|ExitCode
 1|train|gpu|vision|8|COMPLETED|0:0
 """
