@@ -634,8 +634,6 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
     s = ctx.settings.preemption
     settled = [v.state in (VictimState.REQUEUED, VictimState.ENDED)
                or _victim_gone(ctx, v.job_id, v.restart_count) for v in p.victims]
-    # Once a victim has gone (requeued or ended), its nodes are the beneficiary's.
-    progressed = any(settled)
     if beneficiary is None or not (beneficiary.is_pending or beneficiary.is_running):
         return _abort(p, f"beneficiary {p.beneficiary} left the queue")
     if beneficiary.is_running:
@@ -659,7 +657,12 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
     if intruder is not None:
         return _abort(p, f"job {intruder.job_id}, not the beneficiary, runs in reservation "
                          f"{p.reservation}")
-    if not progressed and ctx.fits_now(beneficiary):
+    if not all(settled) and ctx.fits_now(beneficiary):
+        # Free nodes (its reservation's freed ones among them) hold it now, but
+        # Slurm keeps a job that names a reservation to that reservation's
+        # nodes: waiting for the last victims would leave the GPUs it could use
+        # idle. The abort takes the name off, so it starts at the next pass,
+        # and the victims not yet requeued keep running.
         return _abort(p, f"beneficiary {p.beneficiary} no longer needs it: it fits on free nodes")
     if all(settled):
         if ctx.now - p.started_at > s.beneficiary_start_timeout:

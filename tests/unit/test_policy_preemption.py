@@ -331,6 +331,30 @@ def test_beneficiary_that_no_longer_needs_it_aborts():
     assert not [a for a in p2.actions if isinstance(a, SignalCheckpoint)]
 
 
+def test_beneficiary_that_fits_after_a_victim_left_aborts_the_rest():
+    """One victim gone, another still saving, and a node frees elsewhere: the
+    beneficiary fits on its freed node and that one. Slurm keeps it to its
+    reservation while it names it, so the abort takes the name off rather
+    than leave the free GPUs idle until the last victim has saved."""
+    b = ClusterBuilder(hosts=3)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1", grace=120))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1", grace=120))
+    b.run(103, "r", hosts=[3], admin_comment=PROD)  # not preemptible
+    b.pend(1, "p", nodes=2, admin_comment=PROD)
+    intents, start = started(b)
+    assert sorted(start.victims) == [101, 102]
+    b.jobs = [j for j in b.jobs if j.job_id != 101]  # it ended by itself
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 30)
+    assert not [a for a in p2.actions if isinstance(a, FinishPreemption)]  # host 2 still busy
+    intents = apply_to_intents(intents, p2, b.now + 30)
+    b.jobs = [j for j in b.jobs if j.job_id != 103]  # host 3 frees
+    p3 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 35)
+    (fin,) = [a for a in p3.actions if isinstance(a, FinishPreemption)]
+    assert fin.aborted and "no longer needs it: it fits on free nodes" in fin.reason
+    assert not [a for a in p3.actions if isinstance(a, Requeue)]  # 102 keeps running
+    assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [start.reservation]
+
+
 def test_beneficiary_started_elsewhere_aborts_before_requeue():
     b = ClusterBuilder(hosts=2)
     b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
