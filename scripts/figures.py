@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = "contrib/traces/philly-2017-09-10.csv"
 OUT = ROOT / "docs" / "figures"
 LOADS = "1,2,3"
+SEEDS = "0,1,2"
 
 
 def commit() -> str:
@@ -40,56 +41,86 @@ def simulate(extra: list[str], plots: Path) -> tuple[dict[str, Any], float]:
     return json.loads(proc.stdout), wall
 
 
-ROWS: list[tuple[str, Any]] = [
+#: (row name, getter, whether the row shows the lowest and highest seed too:
+#: rows of one number only, where the range fits in a cell).
+ROWS: list[tuple[str, Any, bool]] = [
     ("production wait mean / p50 / p95 / p99",
      lambda s: " / ".join(dur(s["by_class"]["production"]["wait"][q])
-                          for q in ("mean", "p50", "p95", "p99"))),
+                          for q in ("mean", "p50", "p95", "p99")), False),
     ("research wait mean / p50 / p95 / p99",
      lambda s: " / ".join(dur(s["by_class"]["research"]["wait"][q])
-                          for q in ("mean", "p50", "p95", "p99"))),
+                          for q in ("mean", "p50", "p95", "p99")), False),
     ("experimental wait mean / p50 / p95 / p99",
      lambda s: " / ".join(dur(s["by_class"]["experimental"]["wait"][q])
-                          for q in ("mean", "p50", "p95", "p99"))),
-    ("mean JCT", lambda s: dur(s["jct_mean"])),
+                          for q in ("mean", "p50", "p95", "p99")), False),
+    ("production p95 wait", lambda s: dur(s["by_class"]["production"]["wait"]["p95"]), True),
+    ("mean JCT", lambda s: dur(s["jct_mean"]), True),
     ("share of life queueing: production / all",
-     lambda s: f"{s['by_class']['production']['queue_share']:.1%} / {s['queue_share']:.1%}"),
-    ("GPU allocation (first to last submission)", lambda s: f"{s['allocation']:.1%}"),
-    ("fragmentation index (mean)", lambda s: f"{s['fragmentation']:.3f}"),
-    ("multi-node jobs within one leaf", lambda s: f"{s['multi_node_in_one_leaf']:.1%}"),
+     lambda s: f"{s['by_class']['production']['queue_share']:.1%} / {s['queue_share']:.1%}",
+     False),
+    ("GPU allocation (first to last submission)", lambda s: f"{s['allocation']:.1%}", True),
+    ("fragmentation index (mean)", lambda s: f"{s['fragmentation']:.3f}", True),
+    ("multi-node jobs within one leaf", lambda s: f"{s['multi_node_in_one_leaf']:.1%}", True),
     ("preemptions (per preempted job: mean, max)",
-     lambda s: f"{s['preemptions']:,} ({s['preemptions_per_preempted_job']:.2f}, "
-               f"{s['max_preemptions_per_job']})"),
-    ("GPU-hours lost (work redone after requeue)", lambda s: f"{s['lost_gpu_hours']:,.1f}"),
+     lambda s: f"{s['preemptions']:,.0f} ({s['preemptions_per_preempted_job']:.2f}, "
+               f"{s['max_preemptions_per_job']:.0f})", False),
+    ("GPU-hours lost (work redone after requeue)", lambda s: f"{s['lost_gpu_hours']:,.1f}",
+     True),
     ("GPU-hours idle while a victim is in grace",
-     lambda s: f"{s['idle_in_grace_gpu_hours']:,.1f}"),
-    ("GPU-hours save/restore overhead", lambda s: f"{s['overhead_gpu_hours']:,.1f}"),
+     lambda s: f"{s['idle_in_grace_gpu_hours']:,.1f}", True),
+    ("GPU-hours save/restore overhead", lambda s: f"{s['overhead_gpu_hours']:,.1f}", True),
     ("beneficiary start delay mean / p95",
-     lambda s: f"{dur(s['benefit_delay']['mean'])} / {dur(s['benefit_delay']['p95'])}"),
+     lambda s: f"{dur(s['benefit_delay']['mean'])} / {dur(s['benefit_delay']['p95'])}", False),
     ("plan cycles over the Slurm call budget (actions left for later, summed per cycle)",
-     lambda s: (f"{s.get('over_budget_cycles', 0):,} ({s.get('deferred_actions', 0):,})"
-                if s["plan_calls"] else "-")),
+     lambda s: (f"{s.get('over_budget_cycles', 0):,.0f} ({s.get('deferred_actions', 0):,.0f})"
+                if s["plan_calls"] else "-"), False),
     ("replay CPU s (plan() calls)",
-     lambda s: f"{s['cpu_seconds']:.0f}" + (f" ({s['plan_calls']:,})" if s["plan_calls"]
-                                             else "")),
+     lambda s: f"{s['cpu_seconds']:.0f}" + (f" ({s['plan_calls']:,.0f})" if s["plan_calls"]
+                                             else ""), False),
 ]
+
+
+def _cell(get: Any, mean: dict[str, Any], low: dict[str, Any], high: dict[str, Any],
+          spread: bool) -> str:
+    try:
+        text = str(get(mean))
+        if spread and low is not mean:
+            lo, hi = get(low), get(high)
+            if lo != hi:
+                text += f" ({lo} to {hi})"
+        return text
+    except (KeyError, TypeError, ZeroDivisionError):
+        return "-"
+
+
+def groups(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per load: the modes' (mean, lowest, highest) figures and the targets on the
+    means; one seed's figures are their own mean."""
+    if "across_seeds" in data:
+        return [{"load": g["load"], "seeds": g["seeds"], "targets": g["targets"],
+                 "modes": [(m["mode"], m["mean"], m["min"], m["max"]) for m in g["modes"]]}
+                for g in data["across_seeds"]]
+    return [{"load": g["load"], "seeds": [g["seed"]], "targets": g["targets"],
+             "modes": [(s["mode"], s, s, s) for s in g["modes"]]} for g in data["loads"]]
 
 
 def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
     """(full tables for docs/simulate.md, the targets table for README)."""
-    loads = data["loads"]
-    modes = [m["mode"] for m in loads[0]["modes"]]
-    cols = [f"{m} x{g['load']:g}" for g in loads for m in modes]
+    loads = groups(data)
+    cols = [f"{mode} x{g['load']:g}" for g in loads for mode, *_ in g["modes"]]
     out = [head, "", "| measure | " + " | ".join(cols) + " |",
            "|---|" + "---:|" * len(cols)]
-    for name, get in ROWS:
-        cells = []
-        for g in loads:
-            for s in g["modes"]:
-                try:
-                    cells.append(get(s))
-                except (KeyError, TypeError, ZeroDivisionError):
-                    cells.append("-")
+    for name, get, spread in ROWS:
+        cells = [_cell(get, mean, low, high, spread)
+                 for g in loads for _, mean, low, high in g["modes"]]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    # Each seed's ratio beside the mean's, so that a target met on the mean
+    # but missed on a seed (or the reverse) shows.
+    per_seed: dict[tuple[float, int], list[str]] = {}
+    for case in data["loads"]:
+        for i, t in enumerate(case["targets"]):
+            per_seed.setdefault((case["load"], i), []).append(
+                "-" if t["ratio"] is None else f"{t['ratio']:.2f}x")
     targets = ["| target (slurmpolicy / slurm-grace) | "
                + " | ".join(f"x{g['load']:g}" for g in loads) + " |",
                "|---|" + "---|" * len(loads)]
@@ -98,11 +129,27 @@ def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
         for g in loads:
             t = g["targets"][i]
             ratio = "-" if t["ratio"] is None else f"{t['ratio']:.2f}x"
-            cells.append(f"{t['slurmpolicy']} vs {t['baseline']} ({ratio}): "
+            seeds = per_seed.get((g["load"], i), [])
+            by_seed = (f"; by seed {', '.join(seeds)}"
+                       if len(seeds) > 1 and set(seeds) != {"-"} else "")
+            cells.append(f"{t['slurmpolicy']} vs {t['baseline']} ({ratio}{by_seed}): "
                          + ("met" if t["met"] else f"**missed**, {t['gap']}"))
         targets.append(f"| {t0['target']} | " + " | ".join(cells) + " |")
     full = "\n".join([*out, "", *targets])
     return full, "\n".join([head, "", *targets])
+
+
+def _keep_plots_of(plots: Path, seed: str) -> None:
+    """With several seeds simulate writes ``NAME_xL_sN.png`` per seed: keep the
+    first seed's under the names the docs show (``NAME_xL.png``), drop the rest."""
+    for png in sorted(plots.glob("*_s*.png")):
+        m = re.fullmatch(r"(.+)_s(\d+)\.png", png.name)
+        if m is None:
+            continue
+        if m.group(2) == seed:
+            png.replace(png.with_name(f"{m.group(1)}.png"))
+        else:
+            png.unlink()
 
 
 def splice(path: Path, name: str, text: str) -> None:
@@ -121,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true",
                     help="write the plots and tables under docs/figures/trial, not into the docs")
     ap.add_argument("--month", default="", help="replay one month only (YYYY-MM)")
+    ap.add_argument("--seeds", default=SEEDS,
+                    help=f"seeds of the trace rules, comma-separated (default {SEEDS}): the "
+                         "tables show their mean, the targets are judged on it")
     args = ap.parse_args(argv)
     try:
         import matplotlib  # noqa: F401
@@ -128,18 +178,27 @@ def main(argv: list[str] | None = None) -> int:
         # Without it simulate skips the plots and the docs would show old ones.
         sys.exit("scripts/figures: the plots need matplotlib: .venv/bin/pip install "
                  "'.[plot]' (or matplotlib)")
+    seeds = [x.strip() for x in args.seeds.split(",") if x.strip()]
     extra = (["--limit", str(args.limit)] if args.limit else []) + (
-        ["--month", args.month] if args.month else [])
+        ["--month", args.month] if args.month else []) + (
+        ["--seeds", ",".join(seeds)] if len(seeds) > 1 else ["--seed", seeds[0]])
     trial = args.dry
     plots = OUT / ("trial" if trial else "")
     rev = commit()
     data, wall = simulate(extra, plots)
+    if len(seeds) > 1:
+        _keep_plots_of(plots, seeds[0])
+    replays = sum(len(g["modes"]) for g in data["loads"])
     cpu = sum(s["cpu_seconds"] for g in data["loads"] for s in g["modes"])
     jobs = data["loads"][0]["modes"][0]["jobs"]
+    what = (f"seeds {', '.join(seeds)}: each figure is the mean over the seeds, with the "
+            "lowest and highest seed in brackets where they differ; the targets are judged "
+            "on the means, each seed's ratio beside" if len(seeds) > 1 else f"seed {seeds[0]}")
     head = (f"Generated by `scripts/figures` at commit `{rev}`: `slurmpolicy simulate --trace "
-            f"{TRACE} --compare --load-scale {LOADS}{' ' + ' '.join(extra) if extra else ''}`"
-            f" ({jobs:,} jobs, 1,024 GPUs, seed 0); {len(data['loads']) * 2} replays, "
-            f"{cpu:.0f} CPU s in all, {wall:.0f} s wall. Plots of the same run: "
+            f"{TRACE} --compare --load-scale {LOADS} {' '.join(extra)}`"
+            f" ({jobs:,} jobs, 1,024 GPUs, {what}); {replays} replays, "
+            f"{cpu:.0f} CPU s in all, {wall:.0f} s wall. Plots of the same run"
+            f"{f' (seed {seeds[0]})' if len(seeds) > 1 else ''}: "
             f"`docs/figures/{'trial/' if trial else ''}*.png`.")
     full, short = tables(data, head)
     plots.mkdir(parents=True, exist_ok=True)
