@@ -307,6 +307,9 @@ class Context:
         self._gpu_counts: dict[str | None, dict[str, tuple[int, int]]] = {}
         self._free_totals: dict[tuple[Any, ...], int] = {}
         self._fits: dict[tuple[Any, ...], bool] = {}
+        #: Free GPUs by host that jobs judged in this plan to "fit now" will take
+        #: (:meth:`take_free`): the next job's fit counts what is left.
+        self.free_taken: dict[str, int] = {}
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
         #: reservations.forecast answers, by shape, partition, own reservations, blocked hosts.
         self.forecasts: dict[tuple[Any, ...], Any] = {}
@@ -614,6 +617,41 @@ class Context:
             hit = self._fits[shape_key] = (
                 self.most_hosts_in_one_domain(free, gpn, level, key) >= need)
         return hit
+
+    def take_free(self, job: Job) -> bool:
+        """Whether the job fits on what is free now once the GPUs that jobs asked
+        before it in this plan took (``free_taken``) are gone; if so, take its
+        GPUs too (best fit: the hosts with the fewest free GPUs that hold it,
+        in one domain of its level when strict). Slurm gives a free GPU to
+        one job: forty pending one-GPU jobs do not all fit on three free GPUs."""
+        gpn = job_gpus_per_node(job)
+        if gpn <= 0:
+            return True
+        if not self.fits_now(job):
+            return False  # the common answer, from the shared per-shape table
+        level, strict = self.level_of(job)
+        if not strict:
+            level = Level.CLUSTER
+        need = max(1, job.node_count)
+        taken = self.free_taken
+        left = {h: f - taken.get(h, 0) for h, f in self.free_map(job).items()
+                if f - taken.get(h, 0) >= gpn}
+        by_domain: dict[str, list[tuple[int, str]]] = {}
+        for h, f in left.items():
+            by_domain.setdefault(self.domain_of(h, level), []).append((f, h))
+        best: list[tuple[int, str]] | None = None
+        for hosts in by_domain.values():
+            if len(hosts) < need:
+                continue
+            hosts.sort()
+            pick = hosts[:need]
+            if best is None or pick < best:
+                best = pick
+        if best is None:
+            return False
+        for _, h in best:
+            taken[h] = taken.get(h, 0) + gpn
+        return True
 
     def free_gpus_for(self, job: Job) -> int:
         key, base = self._base_free(job)

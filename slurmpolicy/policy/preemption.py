@@ -272,7 +272,10 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             continue
         hosts.append(h)
     counts = ctx.gpu_counts(gpu_type)
-    free = {h: counts[h][1] for h in hosts}
+    # Free GPUs that higher jobs of this plan will take are not this job's.
+    taken = ctx.free_taken
+    free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts} if taken else {
+        h: counts[h][1] for h in hosts}
     # Beneficiaries of one rank mostly see the same hosts: one walk for them all.
     walked = (rank, tuple(hosts))
     known = state.eligible.get(walked)
@@ -341,6 +344,7 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
         cost = lost = 0.0
         rigid = 0  # victims that would be evicted rather than shrunk (policy/elastic.py)
         got = free.get(h, 0)
+        wait = 0.0
         for key, v in sorted(((_sort_key(ctx, v), v) for v in by_host.get(h, ())),
                              key=_first):
             if got >= gpn:
@@ -350,6 +354,10 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
             cost += key[2]
             lost += key[3]
             rigid += key[4]
+            wait = max(wait, _grace(ctx, v))
+        # The beneficiary's GPUs on this host sit idle until its slowest victim
+        # there has saved: GPU-seconds as real as the victims' own.
+        cost += gpn * wait
         costs.append((cost, lost, rigid, h not in shape.prefer, h))
     costs.sort()
     return frozenset(h for *_, h in costs[:shape.nodes])
@@ -438,8 +446,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     for job in candidates:
         if started >= s.max_per_cycle or tried >= s.max_searches_per_cycle:
             break
-        if ctx.fits_now(job):
-            continue
+        if ctx.take_free(job):
+            continue  # Slurm starts it on free GPUs (which the next job cannot have)
         tried += 1
         cls = ctx.job_class(job)
         result = _choose(ctx, job, cls.rank, state)
@@ -457,7 +465,10 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         # job would start by then anyway on nodes that free up by themselves.
         soon = ctx.now + max([ctx.settings.daemon.interval]
                              + [_grace(ctx, v) for v in victims])
-        natural = forecast(ctx, job, set(state.claimed) | ctx.hosts_reserved_later_for(job))
+        # Hosts whose free GPUs higher jobs take now are left out of the
+        # forecast (their later releases too: the forecast errs late).
+        natural = forecast(ctx, job, set(state.claimed) | ctx.hosts_reserved_later_for(job)
+                           | ctx.free_taken.keys())
         if not isinstance(natural, NoPlacement) and natural.start <= soon:
             actions.append(Annotate(job_id=job.job_id, reason=(
                 f"no preemption for job {job.job_id}: it should start within "
@@ -657,7 +668,7 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
     if intruder is not None:
         return _abort(p, f"job {intruder.job_id}, not the beneficiary, runs in reservation "
                          f"{p.reservation}")
-    if not all(settled) and ctx.fits_now(beneficiary):
+    if not all(settled) and ctx.take_free(beneficiary):
         # Free nodes (its reservation's freed ones among them) hold it now, but
         # Slurm keeps a job that names a reservation to that reservation's
         # nodes: waiting for the last victims would leave the GPUs it could use
@@ -703,7 +714,16 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
 
 
 def advance_all(ctx: Context) -> list[Action]:
-    actions: list[Action] = []
-    for p in sorted(ctx.open_preemptions, key=lambda p: p.preemption_id):
-        actions.extend(advance(ctx, p))
-    return actions
+    """Every open preemption's next steps, in preemption id order. They are
+    decided in Slurm's order of the beneficiaries (highest priority first):
+    free GPUs that one beneficiary is judged to take ("it fits on free nodes")
+    are not free for the next (``Context.take_free``)."""
+    def slurm_order(p: PreemptionIntent) -> tuple[int, float, int]:
+        job = ctx.by_id.get(p.beneficiary)
+        if job is None:
+            return (1, 0.0, p.beneficiary)
+        return (-job.priority, job.submit_time or 0.0, p.beneficiary)
+
+    steps = {p.preemption_id: advance(ctx, p)
+             for p in sorted(ctx.open_preemptions, key=slurm_order)}
+    return [a for pid in sorted(steps) for a in steps[pid]]

@@ -355,6 +355,52 @@ def test_beneficiary_that_fits_after_a_victim_left_aborts_the_rest():
     assert [a.name for a in p3.actions if isinstance(a, DeleteReservation)] == [start.reservation]
 
 
+def test_the_beneficiarys_wait_for_a_slow_saver_counts_in_the_host_cost():
+    """Host 1 frees 8 GPUs by preempting a 4-GPU job that saves in 150 s; host 2
+    by preempting an 8-GPU job that saves in 6 s. Counted in GPU-seconds, the
+    beneficiary's 8 GPUs idle for 150 s outweigh 4 more victim GPUs."""
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], gpus_per_node=4, admin_comment=d("research", "USR1", grace=150))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1", grace=6))
+    b.pend(1, "p", admin_comment=PROD)
+    (start,) = starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+    assert start.victims == (102,)
+
+
+def test_one_free_gpu_is_one_jobs_start_not_everyones():
+    """Slurm gives a free GPU to one job: of three one-GPU production jobs and
+    one free GPU, the highest takes it and the other two get preemptions
+    (each "fits now" on its own, which left all three waiting)."""
+    b = ClusterBuilder(hosts=3)
+    b.run(101, "r", hosts=[1], gpus_per_node=7, admin_comment=d("research", "USR1"))
+    b.run(102, "r", hosts=[2], admin_comment=d("research", "USR1"))
+    b.run(103, "r", hosts=[3], admin_comment=d("research", "USR1"))
+    for i, prio in ((1, 3000), (2, 2000), (3, 1000)):
+        b.pend(i, "p", gpus_per_node=1, priority=prio, admin_comment=PROD)
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert sorted(a.beneficiary for a in starts(p)) == [2, 3]
+
+
+def test_free_gpus_abort_only_the_preemptions_they_can_serve():
+    """Open preemptions for three one-GPU jobs, then one GPU frees elsewhere:
+    only the highest beneficiary is let go to it; the other two go on."""
+    b = ClusterBuilder(hosts=4)
+    for i in (1, 2, 3, 4):
+        b.run(100 + i, "r", hosts=[i], admin_comment=d("research", "USR1", grace=120))
+    for i, prio in ((1, 3000), (2, 2000), (3, 1000)):
+        b.pend(i, "p", gpus_per_node=1, priority=prio, admin_comment=PROD)
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    assert sorted(a.beneficiary for a in starts(p1)) == [1, 2, 3]
+    intents = apply_to_intents(Intents(), p1, b.now)
+    held = {h for a in starts(p1) for h in a.nodes}
+    (spare,) = [i for i in (1, 2, 3, 4) if b.host(i) not in held]
+    b.jobs = [j for j in b.jobs if j.job_id != 100 + spare]
+    b.run(200, "r", hosts=[spare], gpus_per_node=7, admin_comment=d("research", "USR1"))
+    p2 = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 5)
+    aborted = [a for a in p2.actions if isinstance(a, FinishPreemption) and a.aborted]
+    assert len(aborted) == 1 and "beneficiary 1 no longer needs it" in aborted[0].reason
+
+
 def test_beneficiary_started_elsewhere_aborts_before_requeue():
     b = ClusterBuilder(hosts=2)
     b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1"))
