@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import repeat
 from operator import attrgetter
 from types import MemberDescriptorType
@@ -307,9 +307,10 @@ class Context:
         self._gpu_counts: dict[str | None, dict[str, tuple[int, int]]] = {}
         self._free_totals: dict[tuple[Any, ...], int] = {}
         self._fits: dict[tuple[Any, ...], bool] = {}
-        #: Free GPUs by host that jobs judged in this plan to "fit now" will take
-        #: (:meth:`take_free`): the next job's fit counts what is left.
+        #: Free GPUs by host that the jobs Slurm would start on them now take
+        #: (:meth:`assign_free`), and those jobs; None until assigned.
         self.free_taken: dict[str, int] = {}
+        self.starts_on_free: set[int] | None = None
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
         #: reservations.forecast answers, by shape, partition, own reservations, blocked hosts.
         self.forecasts: dict[tuple[Any, ...], Any] = {}
@@ -618,12 +619,32 @@ class Context:
                 self.most_hosts_in_one_domain(free, gpn, level, key) >= need)
         return hit
 
-    def take_free(self, job: Job) -> bool:
-        """Whether the job fits on what is free now once the GPUs that jobs asked
-        before it in this plan took (``free_taken``) are gone; if so, take its
-        GPUs too (best fit: the hosts with the fewest free GPUs that hold it,
-        in one domain of its level when strict). Slurm gives a free GPU to
-        one job: forty pending one-GPU jobs do not all fit on three free GPUs."""
+    def assign_free(self, order: Iterable[Job]) -> None:
+        """Hand what is free now to the pending jobs in Slurm's ``order`` (highest
+        priority first), each taking its GPUs if it fits on what the jobs
+        before it left (:meth:`_take_free`). Slurm gives a free GPU to one job:
+        forty pending one-GPU jobs do not all fit on three free GPUs. Held,
+        dependent and deferred jobs take nothing."""
+        self.free_taken = {}
+        fits: set[int] = set()
+        for job in order:
+            if job.is_pending and not self.blocked_by_slurm(job) and not (
+                    job.begin_time is not None and job.begin_time > self.now) \
+                    and self._take_free(job):
+                fits.add(job.job_id)
+        self.starts_on_free = fits
+
+    def gets_free_gpus(self, job: Job) -> bool:
+        """Slurm would start the job now on free GPUs (:meth:`assign_free`; before
+        the plan assigned them, whether it fits at all)."""
+        if self.starts_on_free is None:
+            return self.fits_now(job)
+        return job.job_id in self.starts_on_free
+
+    def _take_free(self, job: Job) -> bool:
+        """Whether the job fits on what is free now once ``free_taken`` is gone;
+        if so, take its GPUs too (best fit: the hosts with the fewest free GPUs
+        that hold it, in one domain of its level when strict)."""
         gpn = job_gpus_per_node(job)
         if gpn <= 0:
             return True

@@ -446,8 +446,8 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     for job in candidates:
         if started >= s.max_per_cycle or tried >= s.max_searches_per_cycle:
             break
-        if ctx.take_free(job):
-            continue  # Slurm starts it on free GPUs (which the next job cannot have)
+        if ctx.gets_free_gpus(job):
+            continue  # Slurm starts it on free GPUs (which a lower job cannot have)
         tried += 1
         cls = ctx.job_class(job)
         result = _choose(ctx, job, cls.rank, state)
@@ -668,7 +668,7 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
     if intruder is not None:
         return _abort(p, f"job {intruder.job_id}, not the beneficiary, runs in reservation "
                          f"{p.reservation}")
-    if not all(settled) and ctx.take_free(beneficiary):
+    if not all(settled) and ctx.gets_free_gpus(beneficiary):
         # Free nodes (its reservation's freed ones among them) hold it now, but
         # Slurm keeps a job that names a reservation to that reservation's
         # nodes: waiting for the last victims would leave the GPUs it could use
@@ -714,16 +714,7 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
 
 
 def advance_all(ctx: Context) -> list[Action]:
-    """Every open preemption's next steps, in preemption id order. They are
-    decided in Slurm's order of the beneficiaries (highest priority first):
-    free GPUs that one beneficiary is judged to take ("it fits on free nodes")
-    are not free for the next (``Context.take_free``)."""
-    def slurm_order(p: PreemptionIntent) -> tuple[int, float, int]:
-        job = ctx.by_id.get(p.beneficiary)
-        if job is None:
-            return (1, 0.0, p.beneficiary)
-        return (-job.priority, job.submit_time or 0.0, p.beneficiary)
-
-    steps = {p.preemption_id: advance(ctx, p)
-             for p in sorted(ctx.open_preemptions, key=slurm_order)}
-    return [a for pid in sorted(steps) for a in steps[pid]]
+    actions: list[Action] = []
+    for p in sorted(ctx.open_preemptions, key=lambda p: p.preemption_id):
+        actions.extend(advance(ctx, p))
+    return actions
