@@ -97,10 +97,10 @@ def groups(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Per load: the modes' (mean, lowest, highest) figures and the targets on the
     means; one seed's figures are their own mean."""
     if "across_seeds" in data:
-        return [{"load": g["load"], "seeds": g["seeds"], "targets": g["targets"],
+        return [{"load": g["load"], "targets": g["targets"],
                  "modes": [(m["mode"], m["mean"], m["min"], m["max"]) for m in g["modes"]]}
                 for g in data["across_seeds"]]
-    return [{"load": g["load"], "seeds": [g["seed"]], "targets": g["targets"],
+    return [{"load": g["load"], "targets": g["targets"],
              "modes": [(s["mode"], s, s, s) for s in g["modes"]]} for g in data["loads"]]
 
 

@@ -624,15 +624,10 @@ class Context:
         priority first), each taking its GPUs if it fits on what the jobs
         before it left (:meth:`_take_free`). Slurm gives a free GPU to one job:
         forty pending one-GPU jobs do not all fit on three free GPUs. Held,
-        dependent and deferred jobs take nothing."""
+        dependent, deferred and over-quota jobs take nothing."""
         self.free_taken = {}
-        fits: set[int] = set()
-        for job in order:
-            if job.is_pending and not self.blocked_by_slurm(job) and not (
-                    job.begin_time is not None and job.begin_time > self.now) \
-                    and self._take_free(job):
-                fits.add(job.job_id)
-        self.starts_on_free = fits
+        self.starts_on_free = {job.job_id for job in order
+                               if not self.blocked_by_slurm(job) and self._take_free(job)}
 
     def gets_free_gpus(self, job: Job) -> bool:
         """Slurm would start the job now on free GPUs (:meth:`assign_free`; before
@@ -655,11 +650,11 @@ class Context:
             level = Level.CLUSTER
         need = max(1, job.node_count)
         taken = self.free_taken
-        left = {h: f - taken.get(h, 0) for h, f in self.free_map(job).items()
-                if f - taken.get(h, 0) >= gpn}
         by_domain: dict[str, list[tuple[int, str]]] = {}
-        for h, f in left.items():
-            by_domain.setdefault(self.domain_of(h, level), []).append((f, h))
+        for h, f in self.free_map(job).items():
+            f -= taken.get(h, 0)
+            if f >= gpn:
+                by_domain.setdefault(self.domain_of(h, level), []).append((f, h))
         best: list[tuple[int, str]] | None = None
         for hosts in by_domain.values():
             if len(hosts) < need:

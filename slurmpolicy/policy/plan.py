@@ -58,8 +58,7 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     # Who Slurm would start on the free GPUs now, in its order: a beneficiary
     # that fits lets its preemption go, a job that fits needs none, and the
     # GPUs they take are no one else's (the same answer in every rule).
-    ctx.assign_free(sorted(ctx.pending, key=lambda j: (-prio.effective[j.job_id],
-                                                        j.submit_time or 0.0, j.job_id)))
+    ctx.assign_free(prio.slurm_order())
     actions: list[Action] = []
     actions.extend(preemption.advance_all(ctx))
     started = preemption.start_preemptions(ctx, prio)

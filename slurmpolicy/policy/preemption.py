@@ -274,8 +274,7 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     counts = ctx.gpu_counts(gpu_type)
     # Free GPUs that higher jobs of this plan will take are not this job's.
     taken = ctx.free_taken
-    free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts} if taken else {
-        h: counts[h][1] for h in hosts}
+    free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts}
     # Beneficiaries of one rank mostly see the same hosts: one walk for them all.
     walked = (rank, tuple(hosts))
     known = state.eligible.get(walked)

@@ -13,6 +13,7 @@ drifts that change no order cost nothing.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from operator import ne
@@ -92,6 +93,19 @@ class PriorityResult:
     order: dict[str, list[Job]]
     #: Per partition, the highest job that is not held, dependent or deferred.
     heads: dict[str, int]
+
+    def slurm_order(self) -> list[Job]:
+        """Every pending job once, highest effective priority first (ties: the
+        earlier submit, then the lower id): ``order``'s partitions merged."""
+        lists = list(self.order.values())
+        if len(lists) == 1:
+            return lists[0]
+        effective = self.effective
+        merged = heapq.merge(*lists, key=lambda j: (-effective[j.job_id],
+                                                     j.submit_time or 0.0, j.job_id))
+        # A job asking for several partitions is in each of their lists.
+        # (the same record each time): the first place counts.
+        return list({j.job_id: j for j in merged}.values())
 
 
 def compute(ctx: Context) -> PriorityResult:
