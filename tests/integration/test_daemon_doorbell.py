@@ -103,9 +103,12 @@ def test_a_production_job_that_needs_a_preemption_wakes_the_daemon(setup) -> Non
     pre = wait_for(lambda: _preemptions(daemon), WITHIN,
                    f"a preemption within {WITHIN}s of the submission (daemon.interval is"
                    f" {INTERVAL}s: only the doorbell can wake it this soon)")
-    started = [r for r in journal_of(daemon).read_audit(job_id=beneficiary)
-               if r.kind == "StartPreemption"]
-    assert started and started[0].at - submitted_at < WITHIN
+    # The journal row comes first, the audit line after the reservation calls
+    # that follow it: wait for the line rather than read it at once.
+    started = wait_for(lambda: [r for r in journal_of(daemon).read_audit(job_id=beneficiary)
+                                if r.kind == "StartPreemption"], WITHIN,
+                       "the StartPreemption audit line")
+    assert started[0].at - submitted_at < WITHIN
     victim = wait_for(lambda: next((r.job_id for r in journal_of(daemon).read_audit()
                                     if r.kind == "SignalCheckpoint" and r.job_id in victims),
                                    None), WITHIN, "a victim signalled")
