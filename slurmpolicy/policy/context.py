@@ -625,9 +625,29 @@ class Context:
         before it left (:meth:`_take_free`). Slurm gives a free GPU to one job:
         forty pending one-GPU jobs do not all fit on three free GPUs. Held,
         dependent, deferred and over-quota jobs take nothing."""
-        self.free_taken = {}
-        self.starts_on_free = {job.job_id for job in order
-                               if not self.blocked_by_slurm(job) and self._take_free(job)}
+        self.free_taken = taken = {}
+        starts = self.starts_on_free = set()
+        free, reserved_now = self.free, self.reserved_now
+        # Whole GPUs free on hosts no reservation holds now, less what jobs took:
+        # the most a job without a GPU type or a reservation of its own could get.
+        # On a full cluster it is soon 0, and the rest of the queue is answered
+        # by one comparison each instead of a fit test each.
+        left = sum(f for h, f in free.items() if f > 0 and h not in reserved_now)
+        for job in order:
+            gpn = job_gpus_per_node(job)
+            if gpn > 0 and gpn * max(1, job.node_count) > left and (
+                    self.gpu_type(job) is None and not self.has_own_active_reservation(job)):
+                continue
+            if self.blocked_by_slurm(job):
+                continue
+            took = self._take_free(job)
+            if took is None:
+                continue
+            starts.add(job.job_id)
+            for h, g in took:
+                if h in free and h not in reserved_now:
+                    after = taken[h]
+                    left -= max(0, free[h] - (after - g)) - max(0, free[h] - after)
 
     def gets_free_gpus(self, job: Job) -> bool:
         """Slurm would start the job now on free GPUs (:meth:`assign_free`; before
@@ -636,15 +656,16 @@ class Context:
             return self.fits_now(job)
         return job.job_id in self.starts_on_free
 
-    def _take_free(self, job: Job) -> bool:
-        """Whether the job fits on what is free now once ``free_taken`` is gone;
-        if so, take its GPUs too (best fit: the hosts with the fewest free GPUs
-        that hold it, in one domain of its level when strict)."""
+    def _take_free(self, job: Job) -> list[tuple[str, int]] | None:
+        """The (host, GPUs) the job takes if it fits on what is free now once
+        ``free_taken`` is gone (added to it), None if it does not fit: best fit,
+        the hosts with the fewest free GPUs that hold it, in one domain of its
+        level when strict."""
         gpn = job_gpus_per_node(job)
         if gpn <= 0:
-            return True
+            return []
         if not self.fits_now(job):
-            return False  # the common answer, from the shared per-shape table
+            return None  # the common answer, from the shared per-shape table
         level, strict = self.level_of(job)
         if not strict:
             level = Level.CLUSTER
@@ -664,10 +685,10 @@ class Context:
             if best is None or pick < best:
                 best = pick
         if best is None:
-            return False
+            return None
         for _, h in best:
             taken[h] = taken.get(h, 0) + gpn
-        return True
+        return [(h, gpn) for _, h in best]
 
     def free_gpus_for(self, job: Job) -> int:
         key, base = self._base_free(job)
