@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Reservation
-from slurmpolicy.policy import apply_to_intents, plan
+from slurmpolicy.policy import apply_to_intents, plan, priority
 from slurmpolicy.policy.actions import (
     CreateReservation,
     Intents,
@@ -29,6 +29,7 @@ from slurmpolicy.policy.actions import (
     UpdateReservation,
     VictimState,
 )
+from slurmpolicy.policy.context import Context
 from slurmpolicy.policy.scenario import ClusterBuilder
 from slurmpolicy.policy.scenario import directives as d
 from slurmpolicy.settings import from_mapping
@@ -267,3 +268,30 @@ def test_every_job_can_be_explained(case):
                                   "priority", "none"}
             assert e.position is not None
         json.dumps(e.to_dict())
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.booleans())
+def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
+    """assign_free skips most of a full cluster's queue by a GPU count: the jobs
+    it starts and the GPUs they take are those of a fit test for every job."""
+    b, s, intents = case
+    if magnetic and b.jobs:
+        # A job with a reservation of its own active now: the count never skips it.
+        job = next(j for j in b.jobs if j.is_pending) if any(
+            j.is_pending for j in b.jobs) else None
+        if job is not None:
+            b.reservations = [*b.reservations, Reservation(
+                name=f"{s.reservations.name_prefix}job_{job.job_id}", nodes=(b.host(1),),
+                start_time=b.now - 60, end_time=b.now + 7200,
+                flags=frozenset({"MAGNETIC"}), users=(job.user,))]
+    snap, fab = b.snapshot(), b.fabric()
+    ctx = Context(snap, fab, s, intents, b.now)
+    order = priority.compute(ctx).slurm_order()
+    ctx.assign_free(order)
+    fast = (set(ctx.starts_on_free or ()), dict(ctx.free_taken))
+    ref = Context(snap, fab, s, intents, b.now)
+    ref.free_taken = {}
+    starts = {j.job_id for j in order
+              if not ref.blocked_by_slurm(j) and ref._take_free(j) is not None}
+    assert fast == (starts, ref.free_taken)
