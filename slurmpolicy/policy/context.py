@@ -625,8 +625,9 @@ class Context:
         before it left (:meth:`_take_free`). Slurm gives a free GPU to one job:
         forty pending one-GPU jobs do not all fit on three free GPUs. Held,
         dependent, deferred and over-quota jobs take nothing."""
-        self.free_taken = taken = {}
-        starts = self.starts_on_free = set()
+        taken: dict[str, int] = {}
+        starts: set[int] = set()
+        self.free_taken, self.starts_on_free = taken, starts
         free, reserved_now = self.free, self.reserved_now
         # Whole GPUs free on hosts no reservation holds now, less what jobs took:
         # the most a job without a GPU type or a reservation of its own could get.
