@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from itertools import repeat
@@ -75,6 +76,7 @@ _OTHER_FIELDS = tuple(f for f in _JOB_FIELDS if f != "priority")
 _read_others = attrgetter(*_OTHER_FIELDS)
 _other_slots = tuple(Job.__dict__[f] for f in _OTHER_FIELDS)
 _set_slot = MemberDescriptorType.__set__
+_start_time = attrgetter("start_time")
 _set_priority = Job.__dict__["priority"].__set__
 
 
@@ -295,6 +297,15 @@ class Context:
             elif res.start_time is not None and res.start_time > now and (
                     res.end_time is None or res.end_time > now):
                 self.reserved_later.append(res)
+        # reserved_later by start, for reserved_later_for (its answers by key).
+        self._later_by_start = sorted(self.reserved_later, key=_start_time)
+        self._later_starts: list[float] = [r.start_time or 0.0  # never None there
+                                           for r in self._later_by_start]
+        self._later_names = {r.name for r in self.reserved_later}
+        self._later_owners = {int(tail) for r in self.reserved_later
+                              if r.name.startswith(f"{self.prefix}job_")
+                              and (tail := r.name[len(self.prefix) + 4:]).isdigit()}
+        self._later_for: dict[tuple[int, str, int, str], frozenset[str]] = {}
         self.fairshare = fairshare.compute(
             settings, (j.account for j in self.pending), self.running, self.total_gpus,
             intents.usage, intents.usage_at, now)
@@ -475,12 +486,23 @@ class Context:
         if not self.reserved_later:
             return frozenset()
         end = self.now + job.time_limit if job.time_limit else math.inf
-        own = self.own_reservations(job)
-        # A MAGNETIC reservation of the job's own user takes the job in.
-        return frozenset(r.name for r in self.reserved_later
-                         if r.start_time is not None and r.start_time < end
-                         and r.name not in own
-                         and not ("MAGNETIC" in r.flags and job.user in r.users))
+        # Those starting before ``end`` are a prefix of the list by start; most
+        # jobs share the answer with others of the same prefix and user, unless
+        # one of the prefix is their own.
+        k = bisect_left(self._later_starts, end)
+        if k == 0:
+            return frozenset()
+        names = self._later_names
+        key = (k, job.user, job.job_id if job.job_id in self._later_owners else -1,
+               job.reservation if job.reservation in names else "")
+        hit = self._later_for.get(key)
+        if hit is None:
+            own = self.own_reservations(job)
+            # A MAGNETIC reservation of the job's own user takes the job in.
+            hit = self._later_for[key] = frozenset(
+                r.name for r in self._later_by_start[:k]
+                if r.name not in own and not ("MAGNETIC" in r.flags and job.user in r.users))
+        return hit
 
     def hosts_reserved_later_for(self, job: Job) -> frozenset[str]:
         """Hosts of :meth:`reserved_later_for`'s reservations."""

@@ -295,3 +295,38 @@ def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
     starts = {j.job_id for j in order
               if not ref.blocked_by_slurm(j) and ref._take_free(j) is not None}
     assert fast == (starts, ref.free_taken)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.lists(st.tuples(st.sampled_from([-60, 300, 600, 3000, 9000]),
+                                      st.sampled_from(["maint", "own", "named", "magnetic"])),
+                            max_size=6),
+       st.lists(st.sampled_from([None, 200.0, 600.0, 700.0, 4000.0, 86400.0]), min_size=1))
+def test_reservations_ahead_of_a_job_are_those_its_limit_runs_into(case, ahead, limits):
+    """reserved_later_for answers from a prefix by start time, shared by key:
+    the same names as testing every reservation against the job."""
+    b, s, intents = case
+    b.jobs = [replace(j, time_limit=limits[i % len(limits)]) if j.is_pending else j
+              for i, j in enumerate(b.jobs)]
+    pending = [j for j in b.jobs if j.is_pending]
+    if not pending:
+        return
+    res = []
+    for i, (start, kind) in enumerate(ahead):
+        owner = pending[i % len(pending)]
+        name = {"own": f"{s.reservations.name_prefix}job_{owner.job_id}",
+                "named": owner.reservation or f"{kind}{i}"}.get(kind, f"{kind}{i}")
+        res.append(Reservation(name=name, nodes=(b.host(1 + i % 2),),
+                               start_time=b.now + start, end_time=b.now + start + 7200,
+                               flags=frozenset({"MAGNETIC"} if kind == "magnetic" else ()),
+                               users=(owner.user,) if kind == "magnetic" else ()))
+    b.reservations = res
+    ctx = Context(b.snapshot(), b.fabric(), s, intents, b.now)
+    for job in pending:
+        end = b.now + job.time_limit if job.time_limit else float("inf")
+        own = ctx.own_reservations(job)
+        want = frozenset(r.name for r in ctx.reserved_later
+                         if r.start_time is not None and r.start_time < end
+                         and r.name not in own
+                         and not ("MAGNETIC" in r.flags and job.user in r.users))
+        assert ctx.reserved_later_for(job) == want
