@@ -130,6 +130,7 @@ def compute(ctx: Context) -> PriorityResult:
     # Thousands of pending jobs, a few dozen shapes: answer each shape once
     # (jobs with a reservation of their own are asked one by one).
     frag_by_shape: dict[tuple[object, ...], bool] = {}
+    later = bool(ctx.reserved_later)
     for job in ctx.pending:
         job_id = job.job_id
         info = infos.get(job_id)
@@ -145,7 +146,11 @@ def compute(ctx: Context) -> PriorityResult:
         elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
             frag = ctx.fragmentation_blocked(job)
         else:
-            key = info.frag_key
+            key: tuple[object, ...] = info.frag_key
+            if later:
+                # Reservations ahead that its time limit runs into take hosts
+                # from it alone: part of the answer's key.
+                key = (key, ctx.reserved_later_for(job))
             hit = frag_by_shape.get(key)
             if hit is None:
                 hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)

@@ -330,3 +330,26 @@ def test_site_factors_within_follows_the_executors_batches() -> None:
     assert site_factors_within(many, value, 1) == many[:SITE_FACTOR_BATCH]
     assert site_factors_within(many, value, 2) == many[:-1]
     assert site_factors_within(many, value, 3) == many
+
+
+def test_fragmented_is_judged_per_time_limit_where_a_reservation_lies_ahead():
+    """Two jobs of one shape, one short enough to finish before a reservation
+    that starts on the free host later, one not: the short one fits now (not
+    fragmented), the long one sees 4 + 4 free GPUs and no host with 6
+    (fragmented). The shape alone does not decide it."""
+    from slurmpolicy.model import Reservation
+    from slurmpolicy.policy import priority
+    from slurmpolicy.policy.context import Context
+
+    for first, second in ((1, 2), (2, 1)):
+        b = ClusterBuilder(hosts=3, gpus=8)
+        b.run(101, hosts=[2], gpus_per_node=4)
+        b.run(102, hosts=[3], gpus_per_node=4)
+        limits = {1: 300.0, 2: 7200.0}
+        for job_id in (first, second):
+            b.pend(job_id, gpus_per_node=6, time_limit=limits[job_id])
+        b.reservations = [Reservation(name="maint", nodes=(b.host(1),),
+                                      start_time=b.now + 600, end_time=b.now + 7200)]
+        ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+        frag = priority.compute(ctx).fragmented
+        assert frag == {1: False, 2: True}, (first, second)
