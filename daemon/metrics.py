@@ -153,6 +153,10 @@ class Metrics:
         self.doorbell_wakes = Counter("slurmpolicy_doorbell_wakes",
                                       "Cycles started early by the submit doorbell (a job"
                                       " of a class that preempts was accepted)", registry=r)
+        self.ack_wakes = Counter("slurmpolicy_ack_wakes",
+                                 "Cycles started early because a signalled victim acknowledged"
+                                 " its checkpoint, left or passed its deadline (daemon.ack_poll)",
+                                 registry=r)
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None

@@ -191,6 +191,12 @@ class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Seconds between cycles while a signalled victim is awaited (its ack or
     #: deadline decides its requeue); the shorter of this and ``interval``.
     preemption_poll: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 5.0
+    #: Seconds between looks at the signalled victims (one job query each)
+    #: between those cycles: an ack, a victim gone or a deadline passed starts
+    #: the next cycle at once, so a victim does not train on for up to
+    #: ``preemption_poll`` seconds after its save, work its requeue throws away.
+    #: 0: no looks.
+    ack_poll: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 1.0
     #: Skip a cycle whose snapshot is older than this.
     max_snapshot_age: Annotated[float, msgspec.Meta(ge=1, le=_DAY)] = 60.0
     #: At most this many Slurm calls that change something, per cycle.
@@ -458,7 +464,8 @@ _DURATION_KEYS = {
     ("reservations", "update_threshold"), ("preemption", "min_runtime"),
     ("preemption", "default_grace"), ("preemption", "restart_cost"),
     ("preemption", "beneficiary_start_timeout"), ("reservations", "default_duration"),
-    ("daemon", "interval"), ("daemon", "preemption_poll"), ("daemon", "max_snapshot_age"),
+    ("daemon", "interval"), ("daemon", "preemption_poll"), ("daemon", "ack_poll"),
+    ("daemon", "max_snapshot_age"),
     ("daemon", "max_backoff"),
     ("daemon", "keep_history"), ("daemon", "lease_ttl"),
     ("slurm", "command_timeout"),

@@ -547,6 +547,22 @@ def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
     return job is None or not job.is_running or job.restart_count != restart_count
 
 
+def victim_moved(job: Job | None, restart_count: int, signalled_at: float | None,
+                 deadline: float | None, now: float) -> str:
+    """What lets a signalled victim's preemption move on now, as :func:`advance`
+    reads it: "gone" (no longer running as signalled), "acknowledged" (a
+    checkpoint ack since the signal), "deadline" (passed); "" when nothing.
+    ``job``: the victim's record as Slurm shows it now (None: not found)."""
+    if job is None or not job.is_running or job.restart_count != restart_count:
+        return "gone"
+    ack = last_checkpoint(job.comment, now)
+    if ack is not None and signalled_at is not None and ack >= signalled_at:
+        return "acknowledged"
+    if deadline is not None and now >= deadline:
+        return "deadline"
+    return ""
+
+
 def _abort(p: PreemptionIntent, why: str) -> list[Action]:
     return [FinishPreemption(preemption_id=p.preemption_id, aborted=True,
                              reason=f"preemption {p.preemption_id} aborted: {why}"),

@@ -28,8 +28,10 @@ executor's order (``within_budget``); the rest waits for a later plan.
 
 The daemon calls ``plan()`` every ``daemon.interval`` seconds, and every
 ``daemon.preemption_poll`` seconds while a signalled victim awaits its
-requeue; the simulated daemon takes those short cycles only when one can
-move a victim on (its ack or deadline came). To keep a
+requeue, looking at those victims every ``daemon.ack_poll`` seconds between
+(a look that sees one move starts the cycle at once); the simulated daemon
+plans at the first look that can move a victim on (its ack, its end or its
+deadline came) and skips the short cycles that cannot. To keep a
 50,000-job replay in minutes the simulated daemon skips a cycle when nothing
 that ``plan()`` acts on changed: it plans when a preemption is open, when a
 job of a class that preempts and is never preempted (production) newly waits

@@ -15,8 +15,10 @@ checkpoint model, and the three modes:
   since the last periodic checkpoint.
 - ``slurmpolicy``: Slurm's own preemption off, one partition; the daemon's
   ``plan()`` is called every ``daemon.interval`` seconds (only when something
-  changed), and after ``daemon.preemption_poll`` seconds while a signalled
-  victim awaits its requeue (only when its ack or deadline came); its actions
+  changed), and while a signalled victim awaits its requeue, at the first of
+  the daemon's looks at the victims (every ``daemon.ack_poll`` seconds; its
+  cycles every ``daemon.preemption_poll`` when that is 0) that sees its ack,
+  its end or its deadline; its actions
   are applied with Slurm's semantics and ``apply_to_intents`` keeps the
   intents, as the daemon's journal would.
 
@@ -547,10 +549,11 @@ class Simulator:
                 self.push(t + self.settings.daemon.interval, _DAEMON)
                 self._schedule_poll(t)
             elif kind == _POLL:
-                # daemon.preemption_poll: the daemon's short cycles while a
-                # signalled victim awaits its requeue. Planned here only when
+                # daemon.ack_poll (or preemption_poll): the daemon's looks at a
+                # signalled victim awaiting its requeue. Planned here only when
                 # one can move on (ack seen, deadline passed, victim gone): the
-                # other short cycles would plan nothing new for it.
+                # other looks start no cycle, and its short cycles would plan
+                # nothing new for it.
                 self._poll_at = None
                 assert self.driver is not None
                 if self.driver.poll_due():
@@ -605,9 +608,13 @@ class Simulator:
         return any(key is j.key for key in self.ordered())
 
     def _schedule_poll(self, t: float) -> None:
-        poll = self.settings.daemon.preemption_poll
+        # The daemon looks at the signalled victims every ack_poll seconds and
+        # cycles at once when one moved (daemon/loop.py); without the looks,
+        # its short cycles every preemption_poll see it.
+        d = self.settings.daemon
+        poll = d.ack_poll or d.preemption_poll
         if (self._poll_at is None and self.driver is not None and self.driver.awaiting
-                and poll < self.settings.daemon.interval):
+                and poll < d.interval):
             self._poll_at = t + poll
             self.push(self._poll_at, _POLL)
 

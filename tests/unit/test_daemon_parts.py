@@ -307,6 +307,81 @@ def test_next_cycle_sooner_while_a_signalled_victim_awaits_its_requeue(tmp_path:
         d.close()
 
 
+class VictimAnswers(FakeClient):
+    """Answers ``job()`` as Slurm would at each look: the victim runs on, and
+    writes its ack at ``acks_at`` (on the daemon's clock ``now``)."""
+
+    def __init__(self, now: list[float], acks_at: float) -> None:
+        super().__init__([])
+        from dataclasses import replace
+
+        from slurmpolicy.policy.scenario import ClusterBuilder
+
+        self.now, self.acks_at = now, acks_at
+        self.running = ClusterBuilder(hosts=1).run(1, hosts=[1])
+        self.acked = replace(self.running, comment=f"ckpt:{acks_at:.0f}")
+        self.looks: list[float] = []
+
+    def job(self, job_id: int) -> object:
+        self.looks.append(self.now[0])
+        return self.acked if self.now[0] >= self.acks_at else self.running
+
+
+def _watching(tmp_path: Path, ack_poll: float, acks_at: float) -> tuple[Daemon, VictimAnswers]:
+    now = [1000.0]
+    client = VictimAnswers(now, acks_at)
+    settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30, lease_ttl=0,
+                                              preemption_poll=5, ack_poll=ack_poll,
+                                              max_snapshot_age=60),
+                        metrics=Metrics(enabled=False))
+    d = Daemon(settings, client=client, planner=_plan,  # type: ignore[arg-type]
+               fabric_loader=lambda s, st: None, clock=lambda: now[0], serve_metrics=False)
+    d.open()
+    j = d.journal
+    assert j is not None
+    j.open_preemption("p1", 3, ("gpu01",), "spolicy_p1", [(1, 0, 8)], "test")
+    j.update_victim("p1", 1, 0, state=VictimState.SIGNALLED, signalled_at=1000.0,
+                    deadline=1100.0)
+    mono = [0.0]
+
+    def wait(seconds: float) -> bool:
+        mono[0] += seconds
+        now[0] += seconds
+        return False
+
+    d._monotonic = lambda: mono[0]
+    d._wait = wait
+    return d, client
+
+
+def test_a_look_at_a_signalled_victim_that_acknowledged_starts_the_cycle(tmp_path: Path) -> None:
+    """daemon.ack_poll: between the 5 s cycles the daemon reads the signalled
+    victim every second; the look after its ack ends the wait (the cycle that
+    requeues it starts then), not the 5 s cycle."""
+    d, client = _watching(tmp_path, ack_poll=1, acks_at=1002.5)
+    try:
+        assert d._sleep(5, doorbell=True) is True
+        assert client.looks == [1001.0, 1002.0, 1003.0]
+        assert d.metrics.ack_wakes._value.get() == 1  # type: ignore[attr-defined]
+    finally:
+        d.close()
+
+
+def test_no_ack_no_early_cycle_and_no_looks_when_ack_poll_is_0(tmp_path: Path) -> None:
+    d, client = _watching(tmp_path / "a", ack_poll=1, acks_at=2000.0)
+    try:
+        assert d._sleep(5, doorbell=True) is False
+        assert client.looks == [1001.0, 1002.0, 1003.0, 1004.0]
+    finally:
+        d.close()
+    d, client = _watching(tmp_path / "b", ack_poll=0, acks_at=1002.5)
+    try:
+        assert d._sleep(5, doorbell=True) is False
+        assert client.looks == []
+    finally:
+        d.close()
+
+
 def test_cycle_runs_plan_and_records_history(tmp_path: Path) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
     client = FakeClient([fresh])

@@ -565,3 +565,25 @@ def test_a_free_host_reserved_later_is_not_free_for_a_job_that_would_run_into_it
     # A job short enough to end before the reservation starts fits on host 2.
     b.replace_job(1, time_limit=1800.0)
     assert not starts(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now))
+
+
+def test_what_moves_a_signalled_victim_on_as_the_daemons_look_reads_it():
+    """victim_moved: the daemon's look between cycles (daemon.ack_poll) tests a
+    victim's record as the next plan will: gone, acknowledged since the signal,
+    past its deadline, else nothing."""
+    from dataclasses import replace
+
+    from slurmpolicy.model import JobState
+    from slurmpolicy.policy.preemption import victim_moved
+
+    b = ClusterBuilder(hosts=1)
+    job = b.run(1, hosts=[1])
+    now = b.now
+    args = (0, now - 30, now + 60, now)
+    assert victim_moved(job, *args) == ""
+    assert victim_moved(replace(job, comment=f"ckpt:{now - 40:.0f}"), *args) == ""  # before
+    assert victim_moved(replace(job, comment=f"ckpt:{now - 10:.0f}"), *args) == "acknowledged"
+    assert victim_moved(None, *args) == "gone"
+    assert victim_moved(replace(job, state=JobState.PENDING), *args) == "gone"
+    assert victim_moved(replace(job, restart_count=1), *args) == "gone"
+    assert victim_moved(job, 0, now - 30, now - 1, now) == "deadline"

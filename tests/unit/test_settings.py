@@ -71,6 +71,18 @@ def test_preemption_poll_default_and_bounds(tmp_path):
         settings.load(p)
 
 
+def test_ack_poll_default_off_and_bounds(tmp_path):
+    assert settings.Settings().daemon.ack_poll == 1.0
+    p = tmp_path / "s.toml"
+    p.write_text('[daemon]\nack_poll = "2s"\n')
+    assert settings.load(p).daemon.ack_poll == 2.0
+    p.write_text("[daemon]\nack_poll = 0\n")
+    assert settings.load(p).daemon.ack_poll == 0.0  # no looks
+    p.write_text("[daemon]\nack_poll = -1\n")
+    with pytest.raises(ConfigError, match=r"\$\.daemon\.ack_poll"):
+        settings.load(p)
+
+
 # --- issue 13, finding 4: settings that cannot be meant are refused ------------------
 @pytest.mark.parametrize(("text", "path", "allowed"), [
     ("[aging]\npoints_per_hour = nan\n", "$.aging.points_per_hour", "0 .. 1000000"),

@@ -169,12 +169,12 @@ def test_slurmpolicy_replay_is_deterministic() -> None:
     assert a["actions"].get("SetSiteFactor", 0) > 0
 
 
-def _one_preemption(poll: float) -> Simulator:
+def _one_preemption(poll: float, ack_poll: float = 0.0, save: float = 50.0) -> Simulator:
     from slurmpolicy.settings import Daemon, Settings
 
-    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=50.0),
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=save),
              job(2, 4000, 8, 100, 3600, cls="production")]
-    settings = Settings(daemon=Daemon(interval=30.0, preemption_poll=poll))
+    settings = Settings(daemon=Daemon(interval=30.0, preemption_poll=poll, ack_poll=ack_poll))
     sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy",
                     settings=settings, daemon=PolicyDriver)
     sim.run()
@@ -197,6 +197,21 @@ def test_slurmpolicy_signals_in_the_cycle_that_starts_and_polls_for_the_ack() ->
     assert slow.by_id[2].first_start is not None
     assert slow.by_id[2].first_start > high.first_start
     assert slow.by_id[1].lost_work > victim.lost_work
+
+
+def test_looks_at_the_victim_every_ack_poll_act_on_its_ack_within_that() -> None:
+    """daemon.ack_poll: the daemon looks at a signalled victim every second
+    between its 5 s cycles, so the victim trains on for at most a second after
+    its save (work its requeue throws away) and the beneficiary starts sooner.
+    A save of 52.5 s after a signal on the 5 s grid: the 5 s cycles see the ack
+    2.5 s late, a look every second 0.5 s late."""
+    cycles = _one_preemption(poll=5.0, ack_poll=0.0, save=52.5)
+    looks = _one_preemption(poll=5.0, ack_poll=1.0, save=52.5)
+    for sim in (cycles, looks):
+        assert sim.by_id[1].preemptions == 1 and sim.by_id[2].first_start is not None
+    assert cycles.by_id[1].lost_work == pytest.approx(2.5)
+    assert looks.by_id[1].lost_work == pytest.approx(0.5)
+    assert looks.by_id[2].first_start == pytest.approx(cycles.by_id[2].first_start - 2.0)
 
 
 def test_backfill_reserves_for_every_tested_job_not_only_the_first() -> None:
