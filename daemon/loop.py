@@ -90,6 +90,9 @@ Planner = Callable[..., Any]
 UNHEALTHY_AFTER = 3
 #: Failure reasons that are Slurm's, not the daemon's: waited out, watchdog fed.
 EXTERNAL = frozenset({"slurm_unavailable", "snapshot_stale"})
+#: Signalled victims read per look between cycles (daemon.ack_poll): a
+#: preemption of many victims is looked at in turns, one jobs() call a look.
+LOOK_AT = 16
 FabricLoader = Callable[[Snapshot, Settings], Any]
 
 
@@ -211,6 +214,8 @@ class Daemon:
         self._lease_said = ""
         self.batch_signals = BatchSignals(client)
         self.doorbell = Doorbell(settings.plugin.doorbell, settings.daemon.preemption_poll)
+        #: Looks at the signalled victims so far (whose turn it is, see LOOK_AT).
+        self._looks = 0
         #: The clock and the wait of ``_sleep`` (tests give fakes).
         self._monotonic: Callable[[], float] = time.monotonic
         self._wait: Callable[[float], bool] = self._stop.wait
@@ -438,20 +443,27 @@ class Daemon:
 
     def _victim_moved(self, victims: list[dict[str, Any]]) -> str:
         """Why one of ``victims`` lets its preemption move on now ("" when none):
-        the test the next plan makes (policy.preemption.victim_moved), on each
-        victim's record read from Slurm now."""
+        the test the next plan makes (policy.preemption.victim_moved) on each
+        victim's record read from Slurm now, at most ``LOOK_AT`` victims a look
+        (in turns), in one ``jobs()`` call; a passed deadline needs no read."""
         client = self.client
-        if client is None:
+        if client is None or not victims:
             return ""
         now = self.clock()
         for v in victims:
-            try:
-                job = client.job(int(v["job_id"]))
-            except Exception as exc:  # Slurm busy or away: the next cycle reads it
-                log.debug("victim %s not read: %s", v["job_id"], exc)
-                return ""
-            why = victim_moved(job, int(v["restart_count"]), v.get("signalled_at"),
-                               v.get("deadline"), now)
+            if v.get("deadline") is not None and now >= float(v["deadline"]):
+                return f"victim {v['job_id']} of {v['preemption_id']}: deadline"
+        start = (self._looks * LOOK_AT) % len(victims)
+        self._looks += 1
+        turn = (victims[start:] + victims[:start])[:LOOK_AT]
+        try:
+            read = client.jobs([int(v["job_id"]) for v in turn])
+        except Exception as exc:  # Slurm busy or away: the next cycle reads it
+            log.debug("signalled victims not read: %s", exc)
+            return ""
+        for v in turn:
+            why = victim_moved(read.get(int(v["job_id"])), int(v["restart_count"]),
+                               v.get("signalled_at"), v.get("deadline"), now)
             if why:
                 return f"victim {v['job_id']} of {v['preemption_id']}: {why}"
         return ""

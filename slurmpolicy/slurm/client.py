@@ -82,6 +82,11 @@ class SlurmClient(Protocol):
         included (``snapshot()`` lists what ``squeue`` lists); None once forgotten."""
         ...
 
+    def jobs(self, job_ids: Sequence[int]) -> dict[int, Job | None]:
+        """:meth:`job` of each of a few jobs, in as few Slurm calls as the adapter
+        can (the daemon's look at its signalled victims between cycles)."""
+        ...
+
     def set_admin_comment(self, job_id: int, text: str) -> None:
         ...
 

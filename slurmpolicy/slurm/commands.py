@@ -219,6 +219,18 @@ class SlurmCommands:
         jobs, _, _, _ = parse.decode_jobs(raw, {}, self.clock())
         return next((j for j in jobs if j.job_id == job_id), None)
 
+    def jobs(self, job_ids: Sequence[int]) -> dict[int, Job | None]:
+        """:meth:`job` of each: one ``scontrol --json show job`` per job where there
+        is one; else one ``squeue --json`` for them all (22.05's lists every job
+        whatever ``--jobs`` says, so one call per job would read the queue N times)."""
+        wanted = [int(j) for j in job_ids]
+        if self.has_scontrol_json or len(wanted) <= 1:
+            return {j: self.job(j) for j in wanted}
+        raw = self.run(["squeue", "--all", "--json", "--states=all"])
+        listed, _, _, _ = parse.decode_jobs(raw, {}, self.clock())
+        by_id: dict[int, Job] = {j.job_id: j for j in listed}
+        return {j: by_id.get(j) for j in wanted}
+
     def set_node_count(self, job_id: int, min_nodes: int, max_nodes: int) -> None:
         """``scontrol update jobid=N numnodes=MIN-MAX`` (an elastic job shrunk)."""
         if not 1 <= int(min_nodes) <= int(max_nodes):

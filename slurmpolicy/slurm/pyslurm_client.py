@@ -380,6 +380,10 @@ class PySlurmClient:
             return self.cli.job(job_id)
         return self.cli.job(job_id) if _needs_cli(job) else job
 
+    def jobs(self, job_ids: Sequence[int]) -> dict[int, Job | None]:
+        """:meth:`job` of each (one RPC each: a few signalled victims)."""
+        return {int(j): self.job(int(j)) for j in job_ids}
+
     def batch_script(self, job_id: int) -> str:
         pyslurm = self._api()
         with _rpc(f"pyslurm Job({job_id}).get_batch_script()"):

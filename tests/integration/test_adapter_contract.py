@@ -230,6 +230,10 @@ def test_a_finished_batch_job_can_be_requeued(client: SlurmClient, devcluster: L
     done = client.job(job_id)
     assert done is not None and done.state is JobState.COMPLETED and done.requeue
     assert client.job(BOGUS) is None
+    # The daemon's look at its signalled victims reads several in one call.
+    some = client.jobs([job_id, BOGUS])
+    assert some[BOGUS] is None
+    assert some[job_id] is not None and some[job_id].state is JobState.COMPLETED
     client.requeue(job_id)
     j = wait_job(client, job_id, lambda j: j.restart_count == 1, "requeued after it ended")
     assert j.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)

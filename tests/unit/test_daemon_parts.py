@@ -322,9 +322,10 @@ class VictimAnswers(FakeClient):
         self.acked = replace(self.running, comment=f"ckpt:{acks_at:.0f}")
         self.looks: list[float] = []
 
-    def job(self, job_id: int) -> object:
+    def jobs(self, job_ids: list[int]) -> dict[int, object]:
         self.looks.append(self.now[0])
-        return self.acked if self.now[0] >= self.acks_at else self.running
+        return {j: self.acked if self.now[0] >= self.acks_at else self.running
+                for j in job_ids}
 
 
 def _watching(tmp_path: Path, ack_poll: float, acks_at: float) -> tuple[Daemon, VictimAnswers]:
@@ -363,6 +364,32 @@ def test_a_look_at_a_signalled_victim_that_acknowledged_starts_the_cycle(tmp_pat
         assert d._sleep(5, doorbell=True) is True
         assert client.looks == [1001.0, 1002.0, 1003.0]
         assert d.metrics.ack_wakes._value.get() == 1  # type: ignore[attr-defined]
+    finally:
+        d.close()
+
+
+def test_many_signalled_victims_are_read_in_turns_and_a_deadline_needs_no_read(
+        tmp_path: Path) -> None:
+    d, client = _watching(tmp_path, ack_poll=1, acks_at=2000.0)
+    try:
+        j = d.journal
+        assert j is not None
+        j.open_preemption("p2", 4, ("gpu02",), "spolicy_p2",
+                          [(100 + i, 0, 1) for i in range(19)], "test")
+        for i in range(19):
+            j.update_victim("p2", 100 + i, 0, state=VictimState.SIGNALLED,
+                            signalled_at=1000.0, deadline=1100.0)
+        read: list[list[int]] = []
+        answer = client.jobs
+        client.jobs = lambda ids: (read.append(list(ids)), answer(ids))[1]  # type: ignore[method-assign]
+        assert d._sleep(3, doorbell=True) is False
+        assert [len(r) for r in read] == [16, 16]  # 20 victims, LOOK_AT a look
+        assert read[1][0] != read[0][0] and set(read[0]) | set(read[1]) == {
+            1, *range(100, 119)}
+        # Past a deadline: the cycle starts without reading anyone.
+        read.clear()
+        client.now[0] = 1100.0
+        assert d._sleep(3, doorbell=True) is True and read == []
     finally:
         d.close()
 
