@@ -214,8 +214,12 @@ class Daemon:
         self._lease_said = ""
         self.batch_signals = BatchSignals(client)
         self.doorbell = Doorbell(settings.plugin.doorbell, settings.daemon.preemption_poll)
-        #: Looks at the signalled victims so far (whose turn it is, see LOOK_AT).
+        #: Looks at the signalled victims so far (whose turn it is, see LOOK_AT),
+        #: and what each already woke a cycle for: a victim the cycle left as it
+        #: was (Slurm refused its requeue, say) wakes no second one, or the daemon
+        #: would cycle every ack_poll instead of every preemption_poll.
         self._looks = 0
+        self._woke: set[tuple[int, int, str]] = set()
         #: The clock and the wait of ``_sleep`` (tests give fakes).
         self._monotonic: Callable[[], float] = time.monotonic
         self._wait: Callable[[float], bool] = self._stop.wait
@@ -398,8 +402,8 @@ class Daemon:
         deadline = now + seconds
         bell = self.doorbell if doorbell and self.doorbell.enabled else None
         look = bell.first_look(now) if bell is not None else float("inf")
-        # The signalled victims, looked at every ack_poll seconds (one job query
-        # each): an ack seen now spares the victim seconds of training that its
+        # The signalled victims, looked at every ack_poll seconds (one jobs()
+        # call a look): an ack seen now spares the victim seconds of training that its
         # requeue would throw away, and the beneficiary waits less.
         ack_poll = self.settings.daemon.ack_poll
         watched = self._signalled_victims() if doorbell and ack_poll > 0 else []
@@ -450,8 +454,12 @@ class Daemon:
         if client is None or not victims:
             return ""
         now = self.clock()
+        self._woke = {w for w in self._woke
+                      if any(w[:2] == (int(v["job_id"]), int(v["restart_count"]))
+                             for v in victims)}
         for v in victims:
-            if v.get("deadline") is not None and now >= float(v["deadline"]):
+            if (v.get("deadline") is not None and now >= float(v["deadline"])
+                    and self._wake(v, "deadline")):
                 return f"victim {v['job_id']} of {v['preemption_id']}: deadline"
         start = (self._looks * LOOK_AT) % len(victims)
         self._looks += 1
@@ -464,9 +472,17 @@ class Daemon:
         for v in turn:
             why = victim_moved(read.get(int(v["job_id"])), int(v["restart_count"]),
                                v.get("signalled_at"), v.get("deadline"), now)
-            if why:
+            if why and self._wake(v, why):
                 return f"victim {v['job_id']} of {v['preemption_id']}: {why}"
         return ""
+
+    def _wake(self, victim: dict[str, Any], why: str) -> bool:
+        """Whether ``victim`` moving on (``why``) wakes a cycle: once per reason."""
+        key = (int(victim["job_id"]), int(victim["restart_count"]), why)
+        if key in self._woke:
+            return False
+        self._woke.add(key)
+        return True
 
     @property
     def healthy(self) -> bool:

@@ -364,6 +364,10 @@ def test_a_look_at_a_signalled_victim_that_acknowledged_starts_the_cycle(tmp_pat
         assert d._sleep(5, doorbell=True) is True
         assert client.looks == [1001.0, 1002.0, 1003.0]
         assert d.metrics.ack_wakes._value.get() == 1  # type: ignore[attr-defined]
+        # A cycle that left the victim as it was (its requeue refused, say) is not
+        # woken again for the same ack: the daemon does not spin every second.
+        assert d._sleep(5, doorbell=True) is False
+        assert d.metrics.ack_wakes._value.get() == 1  # type: ignore[attr-defined]
     finally:
         d.close()
 
