@@ -191,7 +191,7 @@ class Daemon(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: Seconds between cycles while a signalled victim is awaited (its ack or
     #: deadline decides its requeue); the shorter of this and ``interval``.
     preemption_poll: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 5.0
-    #: Seconds between looks at the signalled victims (one job query each)
+    #: Seconds between looks at the signalled victims (one ``jobs()`` call)
     #: between those cycles: an ack, a victim gone or a deadline passed starts
     #: the next cycle at once, so a victim does not train on for up to
     #: ``preemption_poll`` seconds after its save, work its requeue throws away.

@@ -543,7 +543,11 @@ def preview(ctx: Context, job: Job) -> str:
 
 
 def _victim_gone(ctx: Context, job_id: int, restart_count: int) -> bool:
-    job = ctx.by_id.get(job_id)
+    return _gone(ctx.by_id.get(job_id), restart_count)
+
+
+def _gone(job: Job | None, restart_count: int) -> bool:
+    """The victim is no longer running as it was signalled (ended, requeued, forgotten)."""
     return job is None or not job.is_running or job.restart_count != restart_count
 
 
@@ -553,8 +557,9 @@ def victim_moved(job: Job | None, restart_count: int, signalled_at: float | None
     reads it: "gone" (no longer running as signalled), "acknowledged" (a
     checkpoint ack since the signal), "deadline" (passed); "" when nothing.
     ``job``: the victim's record as Slurm shows it now (None: not found)."""
-    if job is None or not job.is_running or job.restart_count != restart_count:
+    if _gone(job, restart_count):
         return "gone"
+    assert job is not None
     ack = last_checkpoint(job.comment, now)
     if ack is not None and signalled_at is not None and ack >= signalled_at:
         return "acknowledged"
@@ -708,12 +713,13 @@ def _advance(ctx: Context, p: PreemptionIntent, beneficiary: Job | None) -> list
             # would refuse the requeue every cycle.
             return _abort(p, f"victim {v.job_id} may no longer be requeued (Requeue=0)")
         if v.state is VictimState.SIGNALLED:
-            ack = last_checkpoint(job.comment, ctx.now)
-            if ack is not None and v.signalled_at is not None and ack >= v.signalled_at:
+            # Not gone (settled above): the same test as the daemon's look between cycles.
+            moved = victim_moved(job, v.restart_count, v.signalled_at, v.deadline, ctx.now)
+            if moved == "acknowledged":
                 actions.append(_requeue(
                     ctx, p, job, v.restart_count, "acknowledged",
                     f"requeue victim {v.job_id}: checkpoint acknowledged"))
-            elif v.deadline is not None and ctx.now >= v.deadline:
+            elif moved == "deadline":
                 actions.append(_requeue(
                     ctx, p, job, v.restart_count, "deadline",
                     (f"requeue victim {v.job_id}: no checkpoint ack by its deadline "
