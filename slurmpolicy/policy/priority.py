@@ -81,7 +81,10 @@ def _bonus_hours(ctx: Context, job_id: int) -> float:
 class PriorityResult:
     site_factor: dict[int, int]
     effective: dict[int, int]
-    #: Blocked by fragmentation alone now (enough GPUs free, not in its shape).
+    #: Blocked by fragmentation alone now (enough GPUs free, not in its shape);
+    #: asked only where a rule reads it (False elsewhere): for jobs of
+    #: ``reservations.large_job_gpus`` or more (:func:`reservations.starving`)
+    #: and, with the fragmentation bonus on, for jobs not yet seen fragmented.
     fragmented: dict[int, bool]
     #: Pending jobs seen blocked by fragmentation alone at some cycle, since when
     #: (epoch seconds): what the journal keeps (``Intents.fragmented_since``).
@@ -131,6 +134,10 @@ def compute(ctx: Context) -> PriorityResult:
     # (jobs with a reservation of their own are asked one by one).
     frag_by_shape: dict[tuple[object, ...], bool] = {}
     later = bool(ctx.reserved_later)
+    # Who reads the answer: the bonus (a job not yet seen fragmented, when
+    # the bonus is on) and the starvation rule (jobs of large_job_gpus or
+    # more). Without the bonus that is a few large jobs of thousands waiting.
+    large = s.reservations.large_job_gpus
     for job in ctx.pending:
         job_id = job.job_id
         info = infos.get(job_id)
@@ -141,8 +148,11 @@ def compute(ctx: Context) -> PriorityResult:
             why = ("deferred" if job.begin_time is not None and job.begin_time > now
                    else info.quota)
         blocked[job_id] = why
-        if why:
-            frag = False
+        first = known_since.get(job_id)
+        if why or ((first is not None or bonus_per_hour <= 0)
+                   and (job.gpus if job.gpus > 0
+                        else job.gpus_per_node * job.node_count) < large):  # job_gpus()
+            frag = False  # blocked, or no rule reads it
         elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
             frag = ctx.fragmentation_blocked(job)
         else:
@@ -160,7 +170,6 @@ def compute(ctx: Context) -> PriorityResult:
         # would add and take back the bonus of thousands of jobs at once (a
         # Slurm call each), and a bonus for every hour waited would jump by
         # hours of points the cycle a job first counts as fragmented.
-        first = known_since.get(job_id)
         if first is None and frag and bonus_per_hour > 0:  # off: nothing to remember
             first = now
         extra = 0

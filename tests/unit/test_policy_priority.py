@@ -1,6 +1,8 @@
 """Scenario tests: classes, fair share, aging, fragmentation bonus, site-factor output,
 deferral. Small hand-made clusters; each checks the decision and its reason text."""
 
+import itertools
+
 import msgspec
 
 from slurmpolicy.policy import apply_to_intents, plan
@@ -336,12 +338,16 @@ def test_fragmented_is_judged_per_time_limit_where_a_reservation_lies_ahead():
     """Two jobs of one shape, one short enough to finish before a reservation
     that starts on the free host later, one not: the short one fits now (not
     fragmented), the long one sees 4 + 4 free GPUs and no host with 6
-    (fragmented). The shape alone does not decide it."""
+    (fragmented). The shape alone does not decide it. Asked where a rule
+    reads it: with the fragmentation bonus on, and for a job of
+    ``large_job_gpus`` or more (starvation reservations) without it."""
     from slurmpolicy.model import Reservation
     from slurmpolicy.policy import priority
     from slurmpolicy.policy.context import Context
 
-    for first, second in ((1, 2), (2, 1)):
+    readers = (settings(aging={"fragmentation_bonus_per_hour": 100.0}),
+               settings(reservations={"large_job_gpus": 6}))
+    for (first, second), rules in itertools.product(((1, 2), (2, 1)), readers):
         b = ClusterBuilder(hosts=3, gpus=8)
         b.run(101, hosts=[2], gpus_per_node=4)
         b.run(102, hosts=[3], gpus_per_node=4)
@@ -350,6 +356,6 @@ def test_fragmented_is_judged_per_time_limit_where_a_reservation_lies_ahead():
             b.pend(job_id, gpus_per_node=6, time_limit=limits[job_id])
         b.reservations = [Reservation(name="maint", nodes=(b.host(1),),
                                       start_time=b.now + 600, end_time=b.now + 7200)]
-        ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+        ctx = Context(b.snapshot(), b.fabric(), rules, Intents(), b.now)
         frag = priority.compute(ctx).fragmented
-        assert frag == {1: False, 2: True}, (first, second)
+        assert frag == {1: False, 2: True}, (first, second, rules)
