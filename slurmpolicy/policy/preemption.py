@@ -184,6 +184,8 @@ class _Round:
     failed: dict[tuple[object, ...], str] = field(default_factory=dict)
     #: _eligible_victims answers by rank and hosts, valid as long as ``failed``.
     eligible: dict[tuple[int, tuple[str, ...]], dict[int, Job]] = field(default_factory=dict)
+    #: Why no job is eligible, for the walks of ``eligible`` that found none.
+    none_eligible: dict[tuple[int, tuple[str, ...]], str] = field(default_factory=dict)
 
 
 def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, int]:
@@ -281,11 +283,17 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     eligible = (known if known is not None else
                 state.eligible.setdefault(walked, _eligible_victims(ctx, hosts, rank, state, None)))
     if not eligible:
-        # The refusals are worded only when they are the answer (the same walk again).
-        refusals: dict[str, list[str]] = {}
-        _eligible_victims(ctx, hosts, rank, state, refusals)
-        detail = "; ".join(f"{len(w)} job(s): {w[0]}" for _, w in sorted(refusals.items())[:3])
-        return "no running job may be preempted for it" + (f" ({detail})" if detail else "")
+        # The refusals are worded only when they are the answer (the same walk
+        # again), once per walk: jobs of other shapes see the same hosts.
+        why_none = state.none_eligible.get(walked)
+        if why_none is None:
+            refusals: dict[str, list[str]] = {}
+            _eligible_victims(ctx, hosts, rank, state, refusals)
+            detail = "; ".join(f"{len(w)} job(s): {w[0]}"
+                               for _, w in sorted(refusals.items())[:3])
+            why_none = state.none_eligible[walked] = (
+                "no running job may be preempted for it" + (f" ({detail})" if detail else ""))
+        return why_none
     tiers = [
         [v for v in eligible.values() if ctx.can_checkpoint(v)],
         [v for v in eligible.values() if not ctx.shielded_by_no_checkpoint(v)],
@@ -483,6 +491,7 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
         state.claimed.update(hosts)
         state.failed.clear()
         state.eligible.clear()
+        state.none_eligible.clear()
         victim_words = ", ".join(
             f"{v.job_id} ({ctx.job_class(v).name}, {v.account + ', ' if v.account else ''}"
             f"{'checkpoints' if ctx.can_checkpoint(v) else 'cannot checkpoint'}, "
