@@ -508,3 +508,27 @@ def test_a_replay_over_the_call_budget_defers_and_loses_no_job() -> None:
     assert tight["completed"] == free["completed"] == 150
     # The rest waited: fewer writes per cycle, the same jobs in the end.
     assert tight["actions"]["SetSiteFactor"] != free["actions"]["SetSiteFactor"]
+
+
+def test_a_replay_collects_garbage_seldom_and_restores_the_thresholds() -> None:
+    """The replay raises the collector's thresholds while it runs (its
+    progress callback sees them) and puts the caller's back, also when the
+    replay fails."""
+    import gc
+
+    from slurmpolicy.sim import REPLAY_GC_THRESHOLD
+
+    trace = generate(SyntheticSpec(jobs=50, seed=1, mean_interarrival=60), TraceRules(seed=1))
+    hosts = Hosts.layout(8, 8, hosts_per_leaf=4)
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    replay(trace, hosts, "slurm-grace", progress=lambda *_: seen.append(gc.get_threshold()))
+    assert seen and set(seen) == {REPLAY_GC_THRESHOLD}
+    assert gc.get_threshold() == before != REPLAY_GC_THRESHOLD
+
+    def fail(*_: float) -> None:
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        replay(trace, hosts, "slurm-grace", progress=fail)
+    assert gc.get_threshold() == before
