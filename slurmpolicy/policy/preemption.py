@@ -273,10 +273,6 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
         if held and any(r.name not in own for r in held):
             continue
         hosts.append(h)
-    counts = ctx.gpu_counts(gpu_type)
-    # Free GPUs that higher jobs of this plan will take are not this job's.
-    taken = ctx.free_taken
-    free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts}
     # Beneficiaries of one rank mostly see the same hosts: one walk for them all.
     walked = (rank, tuple(hosts))
     known = state.eligible.get(walked)
@@ -294,6 +290,10 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
             why_none = state.none_eligible[walked] = (
                 "no running job may be preempted for it" + (f" ({detail})" if detail else ""))
         return why_none
+    counts = ctx.gpu_counts(gpu_type)
+    # Free GPUs that higher jobs of this plan will take are not this job's.
+    taken = ctx.free_taken
+    free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts}
     tiers = [
         [v for v in eligible.values() if ctx.can_checkpoint(v)],
         [v for v in eligible.values() if not ctx.shielded_by_no_checkpoint(v)],
