@@ -532,3 +532,33 @@ def test_a_replay_collects_garbage_seldom_and_restores_the_thresholds() -> None:
     with pytest.raises(RuntimeError):
         replay(trace, hosts, "slurm-grace", progress=fail)
     assert gc.get_threshold() == before
+
+
+def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
+    """snapshot() works out a running job's latest checkpoint ack inline (it
+    runs for every running job at every plan); the comment it writes is the
+    one ``_ack`` gives, at every plan of a replay with periodic checkpoints
+    and preemptions."""
+    from slurmpolicy.sim.driver import EPOCH
+
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
+                    daemon=PolicyDriver)
+    driver = sim.driver
+    assert isinstance(driver, PolicyDriver)
+    plain = driver.snapshot
+    checked: list[int] = []
+
+    def snapshot(now: float):  # type: ignore[no-untyped-def]
+        snap = plain(now)
+        for record in snap.jobs:
+            j = sim.by_id[record.job_id]
+            if j.state == 1:
+                ack = driver._ack(j)
+                assert record.comment == (f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "")
+                checked.append(int(ack is not None))
+        return snap
+
+    driver.snapshot = snapshot  # type: ignore[method-assign]
+    sim.run()
+    assert sum(checked) > 100 and len(checked) > sum(checked)
