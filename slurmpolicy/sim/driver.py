@@ -326,8 +326,7 @@ class PolicyDriver:
 
     def _ack(self, j: SimJob) -> float | None:
         """Sim time of the job's latest ``ckpt:`` ack: its signal saves, and (as the
-        job-side helper asks) its periodic checkpoints in this run. (snapshot()
-        inlines it for the running jobs: keep the two alike.)"""
+        job-side helper asks) its periodic checkpoints in this run."""
         ack = j.ack
         interval = j.spec.ckpt_interval
         if j.state == 1 and interval > 0 and self.sim.now > j.origin:
@@ -396,19 +395,8 @@ class PolicyDriver:
                 # A pending job's ack does not move while it waits: no _ack();
                 # nor its record while the simulator touched nothing of it.
                 jobs.append(known[1] if known is not None else self._job(j, j.ack))
-        t = sim.now
-        floor = math.floor
         for j in sim.running.values():
-            # _ack(), inlined (the same arithmetic: this runs for every running
-            # job at every plan): the periodic checkpoint last passed.
-            ack = j.ack
-            interval = j.spec.ckpt_interval
-            if interval > 0 and t > j.origin and j.state == 1:
-                base = j.base
-                k = floor((base + (t - j.origin) * j.rate) / interval) * interval
-                if k > base:
-                    at = j.origin + (k - base)
-                    ack = at if ack is None or at > ack else ack
+            ack = self._ack(j)
             known = None if j.id in touched else records.get(j.id)
             # Untouched, a running job's record moves with its periodic ack alone.
             jobs.append(known[1] if known is not None and known[0][4] == ack

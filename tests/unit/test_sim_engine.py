@@ -535,10 +535,10 @@ def test_a_replay_collects_garbage_seldom_and_restores_the_thresholds() -> None:
 
 
 def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
-    """snapshot() works out a running job's latest checkpoint ack inline (it
-    runs for every running job at every plan); the comment it writes is the
-    one ``_ack`` gives, at every plan of a replay with periodic checkpoints
-    and preemptions."""
+    """snapshot() keeps a running job's record while the simulator touches
+    nothing of it, but its periodic checkpoints move its ack: the comment it
+    shows is the one ``_ack`` gives, at every plan of a replay with periodic
+    checkpoints and preemptions."""
     from slurmpolicy.sim.driver import EPOCH
 
     trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
