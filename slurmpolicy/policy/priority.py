@@ -20,7 +20,7 @@ from operator import ne
 
 from slurmpolicy.model import Job
 from slurmpolicy.policy.actions import SetSiteFactor, site_factors_within
-from slurmpolicy.policy.context import Context
+from slurmpolicy.policy.context import Context, job_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +149,8 @@ def compute(ctx: Context) -> PriorityResult:
                    else info.quota)
         blocked[job_id] = why
         first = known_since.get(job_id)
-        if why or ((first is not None or bonus_per_hour <= 0)
-                   and (job.gpus if job.gpus > 0
-                        else job.gpus_per_node * job.node_count) < large):  # job_gpus()
+        read = (first is None and bonus_per_hour > 0) or job_gpus(job) >= large
+        if why or not read:
             frag = False  # blocked, or no rule reads it
         elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
             frag = ctx.fragmentation_blocked(job)

@@ -257,8 +257,8 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
     for job in ctx.pending:
         if job.job_id in beneficiaries:
             continue
-        if (job.gpus if job.gpus > 0 else job.gpus_per_node * job.node_count) < large:
-            continue  # starving() says "" at once: job_gpus() below large_job_gpus
+        if job_gpus(job) < large:
+            continue  # starving() says "" at once
         why = starving(ctx, prio, job)
         if why:
             candidates.append((job, why))
