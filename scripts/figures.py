@@ -77,6 +77,9 @@ ROWS: list[tuple[str, Any, bool]] = [
     ("replay CPU s (plan() calls)",
      lambda s: f"{s['cpu_seconds']:.0f}" + (f" ({s['plan_calls']:,.0f})" if s["plan_calls"]
                                              else ""), False),
+    ("replay CPU s in plan() / snapshots / backfill passes",
+     lambda s: " / ".join(f"{s['cpu_parts'][k]:.0f}" if k in s.get("cpu_parts", {}) else "-"
+                          for k in ("plan", "snapshot", "backfill")), False),
 ]
 
 

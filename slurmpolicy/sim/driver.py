@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from operator import attrgetter
+from time import process_time
 from typing import Any
 
 from slurmpolicy.errors import ConfigError
@@ -103,6 +104,9 @@ class PolicyDriver:
         self.last_plan = -math.inf
         #: True while a preemption is open (the next cycle must move it on).
         self.open = False
+        #: CPU seconds in snapshot() and in plan() (cpu_parts).
+        self.snapshot_cpu = 0.0
+        self.plan_cpu = 0.0
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
         self._reservations: dict[str, tuple[SimReservation, Reservation]] = {}
@@ -133,6 +137,10 @@ class PolicyDriver:
             cls = self.sim.settings.classes.get(job.spec.job_class)
             if cls is not None and cls.weight > 0:
                 job.site_factor = cls.weight  # before it is queued: no re-sort
+
+    def cpu_parts(self) -> dict[str, float]:
+        """CPU seconds in building snapshots and in ``plan()`` (RawResult.cpu_parts)."""
+        return {"snapshot": self.snapshot_cpu, "plan": self.plan_cpu}
 
     # --- when to plan ----------------------------------------------------------------
     def needs_cycle(self) -> bool:
@@ -177,13 +185,18 @@ class PolicyDriver:
 
         sim = self.sim
         now = EPOCH + sim.now
+        t0 = process_time()
         snapshot = self.snapshot(now)
+        t1 = process_time()
+        self.snapshot_cpu += t1 - t0
         running = [j for j in snapshot.jobs if j.is_running]
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
         intents = replace(self.intents, usage=usage, usage_at=now)
+        t2 = process_time()
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
                             cache=self.plan_cache)
+        self.plan_cpu += process_time() - t2
         sim.plan_calls += 1
         self.last_plan = sim.now
         self._new_urgent.clear()

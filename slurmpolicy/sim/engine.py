@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from time import process_time
 from typing import Any, Protocol
 
 from slurmpolicy.errors import ReplayStalled
@@ -51,6 +52,7 @@ class Daemon(Protocol):
     awaiting: dict[int, tuple[int, float, float]]
 
     def needs_cycle(self) -> bool: ...
+    def cpu_parts(self) -> dict[str, float]: ...
     def should_plan(self) -> bool: ...
     def poll_due(self) -> bool: ...
     def cycle(self) -> None: ...
@@ -390,6 +392,10 @@ class RawResult:
     #: CPU seconds of the replay (the build machine is shared: wall time varies).
     cpu_seconds: float = 0.0
     peak_rss_mb: float = 0.0
+    #: CPU seconds by part (``backfill``; slurmpolicy mode: ``snapshot`` and
+    #: ``plan``, the daemon's reading of Slurm and its ``plan()`` calls): where a
+    #: replay's time goes, for the speed targets.
+    cpu_parts: dict[str, float] = field(default_factory=dict)
     events: int = 0
     #: slurmpolicy mode: how many actions of each kind were applied.
     actions: dict[str, int] = field(default_factory=dict)
@@ -460,6 +466,8 @@ class Simulator:
         self.finished = 0
         self.changed = True
         self.plan_calls = 0
+        #: CPU seconds spent in backfill passes (RawResult.cpu_parts).
+        self.bf_cpu = 0.0
         self.events = 0
         self._progress = progress
         self.benefit_delays: list[float] = []
@@ -529,7 +537,9 @@ class Simulator:
                 self.schedule(backfill=False)
             elif kind == _BACKFILL:
                 if self._bf_changed and self.pending_count:
+                    t0 = process_time()
                     self.backfill()
+                    self.bf_cpu += process_time() - t0
                 self.push(t + self.slurm.bf_interval, _BACKFILL)
             elif kind == _RECALC:
                 self._recalc()
@@ -587,6 +597,8 @@ class Simulator:
             plan_calls=self.plan_calls, events=self.events,
             benefit_delays=self.benefit_delays, backfill_passes=self.bf_passes,
             backfill_reservations=self.bf_reservations,
+            cpu_parts={"backfill": self.bf_cpu, **(self.driver.cpu_parts()
+                                                    if self.driver is not None else {})},
         )
 
     def _stalled(self) -> None:

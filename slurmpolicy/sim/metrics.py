@@ -136,6 +136,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "events": raw.events,
         "wall_seconds": raw.wall_seconds,
         "cpu_seconds": raw.cpu_seconds,
+        "cpu_parts": dict(raw.cpu_parts),
         "peak_rss_mb": raw.peak_rss_mb,
     }
 

@@ -179,7 +179,11 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
             mean = ("" if not aggregated else f" (mean of {len(have)} seeds)" if len(have) > 1
                     else f" (seed {have[0]} only)")
             console.print(f"{s['mode']} x{g.load:g}: replayed in {s['cpu_seconds']:.1f} CPU s"
-                          f"{plan}{mean}", markup=False, highlight=False)
+                          f"{cpu_split(s)}{plan}{mean}", markup=False, highlight=False)
+        if len(g.summaries) > 1:
+            line = cpu_ratio_line(g.summaries[0], g.summaries[-1])
+            if line:
+                console.print(f"x{g.load:g}: {line}", markup=False, highlight=False)
         if aggregated:
             for mode, seeds in g.mode_seeds.items():
                 if len(seeds) < len(g.seeds):
@@ -187,6 +191,29 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
                                   f"{_seed_list(g.seeds)}", markup=False, highlight=False)
     if pools:
         console.print(pool_table(pools))
+
+
+def cpu_split(summary: dict[str, Any]) -> str:
+    """" (plan() A, snapshots B, backfill C)": where a replay's CPU went ("" for
+    figures made before the parts were counted)."""
+    parts = summary.get("cpu_parts") or {}
+    named = [(f"{name} {parts[key]:.1f}") for key, name in
+             (("plan", "plan()"), ("snapshot", "snapshots"), ("backfill", "backfill"))
+             if isinstance(parts.get(key), (int, float))]
+    return f" ({', '.join(named)})" if named else ""
+
+
+def cpu_ratio_line(policy: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """slurmpolicy mode's CPU against the baseline's, and what it would be if
+    ``plan()`` cost nothing: the part of the gap the planner alone can close."""
+    base = baseline.get("cpu_seconds") or 0.0
+    plan = (policy.get("cpu_parts") or {}).get("plan")
+    if base <= 0 or not isinstance(plan, (int, float)) or policy.get("mode") != "slurmpolicy":
+        return ""
+    cpu = policy["cpu_seconds"]
+    return (f"{policy['mode']} takes {cpu / base:.1f}x the CPU of {baseline['mode']} "
+            f"(target 3x); {(cpu - plan) / base:.1f}x of it is outside plan() "
+            f"(the simulated Slurm, the snapshots, applying the plans)")
 
 
 def pool_table(pools: Sequence[dict[str, Any]]) -> Any:

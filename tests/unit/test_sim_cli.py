@@ -55,6 +55,10 @@ def test_simulate_compare_runs_the_fair_baseline_at_each_load_with_targets() -> 
     code, out = invoke(*args, "--with-requeue", "--limit", "60")
     assert code == 0, out
     assert "slurm-requeue" in out and "targets at load x2" in out and "plan() calls" in out
+    # Where the CPU went, and slurmpolicy's against the fair baseline's.
+    flat = " ".join(out.split())
+    assert "x2: slurmpolicy takes" in flat and "the CPU of slurm-grace (target 3x)" in flat
+    assert "outside plan()" in flat and "(plan() " in flat
 
 
 def test_simulate_refuses_a_bad_load() -> None:

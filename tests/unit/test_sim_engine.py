@@ -111,7 +111,7 @@ def test_replay_is_deterministic_for_a_seed() -> None:
     hosts = Hosts.layout(8, 8, hosts_per_leaf=4)
     a = replay(trace, hosts, "slurm-grace")[1]
     b = replay(trace, hosts, "slurm-grace")[1]
-    for volatile in ("wall_seconds", "cpu_seconds", "peak_rss_mb"):
+    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "peak_rss_mb"):
         a.pop(volatile), b.pop(volatile)
     assert a == b
     assert a["completed"] == 400
@@ -162,7 +162,7 @@ def test_slurmpolicy_replay_is_deterministic() -> None:
     hosts = Hosts.layout(6, 8, hosts_per_leaf=3)
     a = replay(trace, hosts, "slurmpolicy")[1]
     b = replay(trace, hosts, "slurmpolicy")[1]
-    for volatile in ("wall_seconds", "cpu_seconds", "peak_rss_mb"):
+    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "peak_rss_mb"):
         a.pop(volatile), b.pop(volatile)
     assert a == b
     assert a["completed"] == 150 and a["plan_calls"] > 0
@@ -562,3 +562,33 @@ def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
     driver.snapshot = snapshot  # type: ignore[method-assign]
     sim.run()
     assert sum(checked) > 100 and len(checked) > sum(checked)
+
+
+def test_a_replay_says_where_its_cpu_went() -> None:
+    """slurmpolicy mode counts its backfill passes, snapshots and plan() calls
+    apart (within the replay's CPU); the baseline has backfill passes only.
+    The report puts slurmpolicy's CPU against the baseline's, with the share
+    no planner can save."""
+    from slurmpolicy.sim.report import cpu_ratio_line, cpu_split
+
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    hosts = Hosts.layout(6, 8, hosts_per_leaf=3)
+    policy = replay(trace, hosts, "slurmpolicy")[1]
+    base = replay(trace, hosts, "slurm-grace")[1]
+    parts = policy["cpu_parts"]
+    assert set(parts) == {"backfill", "snapshot", "plan"}
+    assert parts["plan"] > 0 and parts["snapshot"] > 0 and parts["backfill"] >= 0
+    assert sum(parts.values()) <= policy["cpu_seconds"]
+    assert set(base["cpu_parts"]) == {"backfill"}
+    assert base["cpu_parts"]["backfill"] <= base["cpu_seconds"]
+    assert cpu_split(base) == f" (backfill {base['cpu_parts']['backfill']:.1f})"
+    # The ratio and the part outside plan(), from the figures given.
+    fake_policy = {"mode": "slurmpolicy", "cpu_seconds": 70.0,
+                   "cpu_parts": {"plan": 40.0, "snapshot": 10.0, "backfill": 12.0}}
+    fake_base = {"mode": "slurm-grace", "cpu_seconds": 10.0, "cpu_parts": {"backfill": 8.0}}
+    line = cpu_ratio_line(fake_policy, fake_base)
+    assert "7.0x the CPU of slurm-grace" in line and "3.0x of it is outside plan()" in line
+    assert cpu_split(fake_policy) == " (plan() 40.0, snapshots 10.0, backfill 12.0)"
+    # Figures made before the parts were counted: nothing to say.
+    assert cpu_ratio_line({"mode": "slurmpolicy", "cpu_seconds": 5.0}, fake_base) == ""
+    assert cpu_split({"cpu_seconds": 5.0}) == ""
