@@ -108,6 +108,8 @@ class PolicyDriver:
         self.snapshot_cpu = 0.0
         self.plan_cpu = 0.0
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
+        #: The waiting jobs' records as the last snapshot showed them, by id.
+        self._pending: dict[int, Job] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
         self._reservations: dict[str, tuple[SimReservation, Reservation]] = {}
         self._policy_text: dict[tuple[str, float, float, int | None, int], str] = {}
@@ -397,17 +399,22 @@ class PolicyDriver:
 
     def snapshot(self, now: float) -> Snapshot:
         sim = self.sim
-        jobs: list[Job] = []
         by_id = sim.by_id
         touched = sim.touched
         records = self._jobs
-        for key in sim.ordered():  # not sim.queue: it lacks jobs re-keyed since its sort
-            j = by_id[key[-1]]
-            if j.state == 0 and j.key is key:
-                known = None if j.id in touched else records.get(j.id)
-                # A pending job's ack does not move while it waits: no _ack();
-                # nor its record while the simulator touched nothing of it.
-                jobs.append(known[1] if known is not None else self._job(j, j.ack))
+        # The waiting jobs' records move only when the simulator touches the
+        # job (queued, re-prioritised, started, ended, its reservation or
+        # begin time set): kept from one snapshot to the next, and only the
+        # touched ones looked at. (A pending job's ack does not move while it
+        # waits: no _ack().) Every job that arrived is touched when queued.
+        pending = self._pending
+        for job_id in touched:
+            j = by_id[job_id]
+            if j.state == 0:
+                pending[job_id] = self._job(j, j.ack)
+            else:
+                pending.pop(job_id, None)
+        jobs: list[Job] = list(pending.values())
         for j in sim.running.values():
             ack = self._ack(j)
             known = None if j.id in touched else records.get(j.id)

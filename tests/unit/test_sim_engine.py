@@ -592,3 +592,39 @@ def test_a_replay_says_where_its_cpu_went() -> None:
     # Figures made before the parts were counted: nothing to say.
     assert cpu_ratio_line({"mode": "slurmpolicy", "cpu_seconds": 5.0}, fake_base) == ""
     assert cpu_split({"cpu_seconds": 5.0}) == ""
+
+
+def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
+    """snapshot() keeps the waiting jobs' records from one plan to the next and
+    looks only at the jobs the simulator touched: at every plan of a replay
+    with preemptions, requeues and site factors, it still shows exactly the
+    jobs in Slurm's queue, each with the priority, site factor and
+    reservation the simulated Slurm holds now."""
+    from slurmpolicy.model import JobState
+
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
+                    daemon=PolicyDriver)
+    driver = sim.driver
+    assert isinstance(driver, PolicyDriver)
+    plain = driver.snapshot
+    seen: list[int] = []
+
+    def snapshot(now: float):  # type: ignore[no-untyped-def]
+        snap = plain(now)
+        queued = {key[-1] for key in sim.ordered()
+                  if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key}
+        waiting = {r.job_id: r for r in snap.jobs if r.state is JobState.PENDING}
+        assert set(waiting) == queued
+        for job_id, record in waiting.items():
+            j = sim.by_id[job_id]
+            assert (record.priority, record.site_factor, record.reservation) == (
+                j.prio, j.site_factor, j.resv or "")
+        assert [r.job_id for r in snap.jobs] == sorted(r.job_id for r in snap.jobs)
+        seen.append(len(waiting))
+        return snap
+
+    driver.snapshot = snapshot  # type: ignore[method-assign]
+    raw = sim.run()
+    assert len(seen) > 10 and max(seen) > 5
+    assert sum(j.preemptions for j in raw.jobs) > 0  # requeues went back to the queue
