@@ -189,8 +189,7 @@ class PolicyDriver:
         now = EPOCH + sim.now
         t0 = process_time()
         snapshot = self.snapshot(now)
-        t1 = process_time()
-        self.snapshot_cpu += t1 - t0
+        self.snapshot_cpu += process_time() - t0
         running = [j for j in snapshot.jobs if j.is_running]
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)

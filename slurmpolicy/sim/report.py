@@ -194,10 +194,10 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
 
 
 def cpu_split(summary: dict[str, Any]) -> str:
-    """" (plan() A, snapshots B, backfill C)": where a replay's CPU went ("" for
-    figures made before the parts were counted)."""
+    """Where a replay's CPU went, as ' (plan() A, snapshots B, backfill C)';
+    empty for figures made before the parts were counted."""
     parts = summary.get("cpu_parts") or {}
-    named = [(f"{name} {parts[key]:.1f}") for key, name in
+    named = [f"{name} {parts[key]:.1f}" for key, name in
              (("plan", "plan()"), ("snapshot", "snapshots"), ("backfill", "backfill"))
              if isinstance(parts.get(key), (int, float))]
     return f" ({', '.join(named)})" if named else ""
