@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from slurmpolicy.sim import Hosts, replay
 from slurmpolicy.sim.driver import PolicyDriver
-from slurmpolicy.sim.engine import DONE, Simulator, SlurmModel
+from slurmpolicy.sim.engine import DONE, RawResult, Simulator, SlurmModel
 from slurmpolicy.sim.trace import SyntheticSpec, TraceJob, TraceRules, generate
 
 
@@ -534,6 +536,26 @@ def test_a_replay_collects_garbage_seldom_and_restores_the_thresholds() -> None:
     assert gc.get_threshold() == before
 
 
+def _replay_checking_snapshots(check: Callable[[Simulator, PolicyDriver, Any], None],
+                               ) -> RawResult:
+    """A 150-job slurmpolicy replay (periodic checkpoints, preemptions) that
+    hands every snapshot the driver takes to ``check`` before plan() reads it."""
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
+                    daemon=PolicyDriver)
+    driver = sim.driver
+    assert isinstance(driver, PolicyDriver)
+    plain = driver.snapshot
+
+    def snapshot(now: float) -> Any:
+        snap = plain(now)
+        check(sim, driver, snap)
+        return snap
+
+    driver.snapshot = snapshot  # type: ignore[method-assign]
+    return sim.run()
+
+
 def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
     """snapshot() keeps a running job's record while the simulator touches
     nothing of it, but its periodic checkpoints move its ack: the comment it
@@ -541,26 +563,17 @@ def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
     checkpoints and preemptions."""
     from slurmpolicy.sim.driver import EPOCH
 
-    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
-    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
-                    daemon=PolicyDriver)
-    driver = sim.driver
-    assert isinstance(driver, PolicyDriver)
-    plain = driver.snapshot
     checked: list[int] = []
 
-    def snapshot(now: float):  # type: ignore[no-untyped-def]
-        snap = plain(now)
+    def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
         for record in snap.jobs:
             j = sim.by_id[record.job_id]
             if j.state == 1:
                 ack = driver._ack(j)
                 assert record.comment == (f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "")
                 checked.append(int(ack is not None))
-        return snap
 
-    driver.snapshot = snapshot  # type: ignore[method-assign]
-    sim.run()
+    _replay_checking_snapshots(check)
     assert sum(checked) > 100 and len(checked) > sum(checked)
 
 
@@ -602,16 +615,9 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
     reservation the simulated Slurm holds now."""
     from slurmpolicy.model import JobState
 
-    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
-    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
-                    daemon=PolicyDriver)
-    driver = sim.driver
-    assert isinstance(driver, PolicyDriver)
-    plain = driver.snapshot
     seen: list[int] = []
 
-    def snapshot(now: float):  # type: ignore[no-untyped-def]
-        snap = plain(now)
+    def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
         queued = {key[-1] for key in sim.ordered()
                   if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key}
         waiting = {r.job_id: r for r in snap.jobs if r.state is JobState.PENDING}
@@ -622,9 +628,7 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
                 j.prio, j.site_factor, j.resv or "")
         assert [r.job_id for r in snap.jobs] == sorted(r.job_id for r in snap.jobs)
         seen.append(len(waiting))
-        return snap
 
-    driver.snapshot = snapshot  # type: ignore[method-assign]
-    raw = sim.run()
+    raw = _replay_checking_snapshots(check)
     assert len(seen) > 10 and max(seen) > 5
     assert sum(j.preemptions for j in raw.jobs) > 0  # requeues went back to the queue
