@@ -116,7 +116,9 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
         if held and any(r.name not in own for r in held):
             continue
         total_of[h], free[h] = counts[h]
-    events = [e for e in ctx.release_events(job) if e[2] in free]
+    # The whole timeline of the job's hosts, not a copy filtered to ``free``:
+    # most walks stop at their first moments, and a copy costs the whole list.
+    events = ctx.release_events(job)
     gpn = max(1, shape.gpus_per_node)
     level = shape.level if shape.strict else Level.CLUSTER
     # Walk the timeline once, counting per domain the hosts with >= gpn free:
@@ -148,6 +150,8 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
             tries += 1
             if tries >= 8:
                 break
+        while i < n_events and events[i][2] not in free:
+            i += 1  # a host this job may not use (blocked, held, other type)
         if i >= n_events:
             break
         moment = events[i][0]
@@ -155,6 +159,9 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
             _, _, h, g = event = events[i]
             if event[0] != moment:
                 break
+            i += 1
+            if h not in free:
+                continue
             before = free[h]
             after = before + g
             total = total_of[h]
@@ -164,7 +171,6 @@ def _forecast(ctx: Context, job: Job, shape: Shape, own: set[str],
                 per_domain[d] = per_domain.get(d, 0) + 1
                 if per_domain[d] >= nodes:
                     ready = True
-            i += 1
     if last is not None:
         return NoPlacement(f"even after every running job ends: {last.reason}",
                            free_gpus=last.free_gpus,
