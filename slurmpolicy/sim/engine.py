@@ -710,8 +710,19 @@ class Simulator:
         j.site_factor = value
         self.touched.add(j.id)
         if j.state == PENDING:
+            # Move its key in place: a plan writes a few dozen site factors
+            # into a queue of thousands, which a re-sort would walk whole.
+            queue = self.queue
+            old = j.key
+            i = bisect.bisect_left(queue, old)
+            while i < len(queue) and queue[i] is not old and queue[i] == old:
+                i += 1  # a started job's stale key, equal to this one
             self._set_key(j)
-            self._resort = True
+            if i < len(queue) and queue[i] is old:
+                del queue[i]
+                bisect.insort(queue, j.key)
+            else:  # not queued under its key (cannot happen): rebuild
+                self._resort = True
             self._bf_changed = True
 
     def ordered(self) -> list[tuple[Any, ...]]:
