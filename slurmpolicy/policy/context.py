@@ -88,8 +88,8 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "job", "job_class", "policy",
-                 "quota", "rank", "since", "site_base")
+    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "gpu_type", "job", "job_class",
+                 "policy", "quota", "rank", "since", "site_base")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -118,6 +118,8 @@ class JobInfo:
         self.since = job.eligible_time or job.submit_time
         self.frag_key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,
                          job.gpus_per_node, job.node_count)
+        #: The GPU type it asks for (its directive's, else Slurm's), None: any.
+        self.gpu_type = policy.gpu_type or job.gpu_type or None
 
 
 def _planned_end(start: float, runtime: float | None, limit: float | None) -> float:
@@ -423,7 +425,10 @@ class Context:
         return [p for p in text.split(",") if p]
 
     def gpu_type(self, job: Job) -> str | None:
-        return self.policy(job).gpu_type or job.gpu_type or None
+        info = self.infos.get(job.job_id)
+        if info is None or info.job is not job:
+            info = self.info(job)
+        return info.gpu_type
 
     def gpus_of_type(self, host: str, gpu_type: str | None) -> tuple[int, int]:
         """(configured, free) GPUs of ``gpu_type`` on host (any type when None)."""

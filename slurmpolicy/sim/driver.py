@@ -110,6 +110,10 @@ class PolicyDriver:
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
+        #: Per running job, the sim time before which its record stays as the
+        #: last snapshot built it when the simulator does not touch the job:
+        #: just before its next periodic checkpoint ack (:meth:`_ack_due`).
+        self._ack_due: dict[int, float] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
         self._reservations: dict[str, tuple[SimReservation, Reservation]] = {}
         self._policy_text: dict[tuple[str, float, float, int | None, int], str] = {}
@@ -350,6 +354,20 @@ class PolicyDriver:
                 ack = at if ack is None else max(ack, at)
         return ack
 
+    def _ack_due_at(self, j: SimJob) -> float:
+        """Sim time before which :meth:`_ack` of the running job ``j`` cannot
+        change while the simulator leaves the job alone: a hundredth of a second
+        before its progress reaches its next periodic checkpoint (the margin
+        covers rounding in ``progress``; a look after it only asks again)."""
+        interval = j.spec.ckpt_interval
+        if interval <= 0 or j.rate <= 0:
+            return math.inf
+        now = self.sim.now
+        if now <= j.origin:
+            return j.origin  # periodic checkpoints count from its origin on
+        k = math.floor(j.progress(now) / interval) + 1
+        return j.origin + (k * interval - j.base) / j.rate - 0.01
+
     def _job(self, j: SimJob, ack: float | None) -> Job:
         """The Job record of ``j`` with its latest ack ``ack`` (:meth:`_ack`):
         the one built last time while what it depends on is unchanged."""
@@ -414,17 +432,26 @@ class PolicyDriver:
             else:
                 pending.pop(job_id, None)
         jobs: list[Job] = list(pending.values())
+        due = self._ack_due
+        at = sim.now
         for j in sim.running.values():
+            job_id = j.id
+            known = None if job_id in touched else records.get(job_id)
+            # Untouched, a running job's record moves with its periodic ack alone,
+            # which moves only at its next periodic checkpoint.
+            if known is not None and at < due.get(job_id, -math.inf):
+                jobs.append(known[1])
+                continue
             ack = self._ack(j)
-            known = None if j.id in touched else records.get(j.id)
-            # Untouched, a running job's record moves with its periodic ack alone.
             jobs.append(known[1] if known is not None and known[0][4] == ack
                         else self._job(j, ack))
+            due[job_id] = self._ack_due_at(j)
         touched.clear()
         jobs.sort(key=_job_id)
         if len(self._jobs) > 2 * len(jobs) + 1000:
             alive = {x.job_id for x in jobs}
             self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
+            self._ack_due = {k: v for k, v in due.items() if k in alive}
         hosts = sim.hosts
         nodes = []
         for h, name in enumerate(hosts.names):
