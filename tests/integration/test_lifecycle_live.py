@@ -170,9 +170,11 @@ def test_flaky_node_is_drained_with_evidence_within_the_share_limit(
         assert "gpu01" in nodes_view and "3 failed" in nodes_view
         # The second flaky node would take the drained share over half the cluster.
         second = fail_on("gpu02")
+        # 120 s, not 60: on a machine whose cores are busy the daemon's cycles
+        # (and slurmctld's job ends) come late; the drain must still be held back.
         held = wait_for(lambda: [r for r in journal_of(daemon).read_audit()
                                  if r.kind == "DrainNode" and r.outcome == "held back"],
-                        60, "a drain held back")
+                        120, "a drain held back")
         assert "share limit" in held[0].reason and str(second[0]) in held[0].reason
         assert "DRAIN" not in cluster.node_table()["gpu02"]["State"]
         suspect = daemon.cli("nodes").stdout
