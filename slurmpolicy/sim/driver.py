@@ -112,7 +112,7 @@ class PolicyDriver:
         self._pending: dict[int, Job] = {}
         #: Per running job, the sim time before which its record stays as the
         #: last snapshot built it when the simulator does not touch the job:
-        #: just before its next periodic checkpoint ack (:meth:`_ack_due`).
+        #: just before its next periodic checkpoint ack (:meth:`_ack_due_at`).
         self._ack_due: dict[int, float] = {}
         self._nodes: dict[int, tuple[int, Node]] = {}
         self._reservations: dict[str, tuple[SimReservation, Reservation]] = {}

@@ -632,3 +632,22 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
     raw = _replay_checking_snapshots(check)
     assert len(seen) > 10 and max(seen) > 5
     assert sum(j.preemptions for j in raw.jobs) > 0  # requeues went back to the queue
+
+
+def test_a_new_site_factor_moves_the_job_within_slurms_queue() -> None:
+    """The daemon's site factors re-key jobs in the simulated Slurm's queue in
+    place (no re-sort): at every plan of a replay that writes them, the queue
+    is in Slurm's order (tier, priority, submit, id), stale keys of started jobs
+    included, and lists each waiting job once under its current key."""
+    written: list[int] = []
+
+    def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
+        queue = sim.ordered()
+        assert queue == sorted(queue)
+        live = [key[-1] for key in queue
+                if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key]
+        assert len(live) == len(set(live)) == sim.pending_count
+        written.append(driver.actions_applied.get("SetSiteFactor", 0))
+
+    _replay_checking_snapshots(check)
+    assert len(written) > 10 and written[-1] > 20
