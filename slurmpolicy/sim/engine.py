@@ -445,7 +445,6 @@ class Simulator:
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.queue: list[tuple[Any, ...]] = []  # sorted keys; key[-1] is the job id
-        self._resort = False
         self._main_at: float | None = None
         self._poll_at: float | None = None
         #: The daemon's doorbell wake (see :meth:`ring`), and when its last cycle began.
@@ -679,16 +678,13 @@ class Simulator:
         for a, u in self.usage.items():
             self.fs_factor[a] = 2.0 ** (-(u / total) / self.share) if total > 0 else 1.0
         keys = []
-        # ordered() first: a job re-keyed since the last sort (a new site factor)
-        # has only its old key in the queue, which the test below would drop.
-        for key in self.ordered():
+        for key in self.queue:  # each waiting job's current key (set_site_factor)
             j = self.by_id[key[-1]]
             if j.state == PENDING and j.key is key:
                 self._set_key(j)
                 keys.append(j.key)
         keys.sort()
         self.queue = keys
-        self._resort = False
 
     def _set_key(self, j: SimJob) -> None:
         age = min(self.now - j.eligible, self.slurm.max_age) / self.slurm.max_age
@@ -717,23 +713,15 @@ class Simulator:
             i = bisect.bisect_left(queue, old)
             while i < len(queue) and queue[i] is not old and queue[i] == old:
                 i += 1  # a started job's stale key, equal to this one
-            self._set_key(j)
             if i < len(queue) and queue[i] is old:
                 del queue[i]
-                bisect.insort(queue, j.key)
-            else:  # not queued under its key (cannot happen): rebuild
-                self._resort = True
+            self._set_key(j)
+            bisect.insort(queue, j.key)
             self._bf_changed = True
 
     def ordered(self) -> list[tuple[Any, ...]]:
         """The queue's keys in Slurm's order: every pending job's current key
         (``key[-1]`` is its id), with stale keys of started jobs in between."""
-        if self._resort:
-            # Re-keyed jobs left their old keys behind: rebuild from the jobs.
-            ids = {k[-1] for k in self.queue}
-            keys = sorted(self.by_id[i].key for i in ids if self.by_id[i].state == PENDING)
-            self.queue = keys
-            self._resort = False
         return self.queue
 
     # --- job life -----------------------------------------------------------------
