@@ -556,6 +556,13 @@ def _replay_checking_snapshots(check: Callable[[Simulator, PolicyDriver, Any], N
     return sim.run()
 
 
+def _queued_ids(sim: Simulator) -> list[int]:
+    """The waiting jobs in the simulated Slurm's queue, in its order: the ids of
+    the keys that are their job's current key (not a started job's stale one)."""
+    return [key[-1] for key in sim.ordered()
+            if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key]
+
+
 def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
     """snapshot() keeps a running job's record while the simulator touches
     nothing of it, but its periodic checkpoints move its ack: the comment it
@@ -618,8 +625,7 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
     seen: list[int] = []
 
     def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
-        queued = {key[-1] for key in sim.ordered()
-                  if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key}
+        queued = set(_queued_ids(sim))
         waiting = {r.job_id: r for r in snap.jobs if r.state is JobState.PENDING}
         assert set(waiting) == queued
         for job_id, record in waiting.items():
@@ -644,8 +650,7 @@ def test_a_new_site_factor_moves_the_job_within_slurms_queue() -> None:
     def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
         queue = sim.ordered()
         assert queue == sorted(queue)
-        live = [key[-1] for key in queue
-                if sim.by_id[key[-1]].state == 0 and sim.by_id[key[-1]].key is key]
+        live = _queued_ids(sim)
         assert len(live) == len(set(live)) == sim.pending_count
         written.append(driver.actions_applied.get("SetSiteFactor", 0))
 
