@@ -20,10 +20,6 @@ One cycle::
 
 Cycles are ``daemon.interval`` apart, or ``daemon.preemption_poll`` while a
 signalled victim awaits its requeue (so an ack is acted on within seconds).
-A cycle less than ``daemon.interval`` after the last full one began is short:
-it plans preemptions only (``plan(full=False)``: open ones move on, new ones
-start), and reservations, deferral and site factors wait for the next full
-cycle, at most ``daemon.interval`` away.
 Between two ok cycles the daemon also looks at the submit doorbell
 (``plugin.doorbell``, :mod:`slurmpolicy.daemon.doorbell`) every
 ``daemon.preemption_poll`` seconds: job_submit.lua rings it when it accepts a
@@ -113,8 +109,6 @@ class CycleResult:
     #: journal_corrupt, journal_readonly, journal_full, journal, fabric,
     #: settings, slurm_error, internal; "" when it did not.
     reason: str = ""
-    #: False: a short cycle, which planned preemptions only.
-    full: bool = True
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -226,8 +220,6 @@ class Daemon:
         #: would cycle every ack_poll instead of every preemption_poll.
         self._looks = 0
         self._woke: set[tuple[int, int, str]] = set()
-        #: When the last full cycle began (``_monotonic``), None before the first.
-        self._last_full: float | None = None
         #: The clock and the wait of ``_sleep`` (tests give fakes).
         self._monotonic: Callable[[], float] = time.monotonic
         self._wait: Callable[[float], bool] = self._stop.wait
@@ -326,7 +318,7 @@ class Daemon:
             status = 0
             while not self.stopping:
                 try:
-                    result = self.cycle(full=self._full_due())
+                    result = self.cycle()
                 except Exception as exc:
                     # A bug in a planner or adapter must not stop the daemon: the
                     # journal is consistent after every step, so back off and retry.
@@ -370,9 +362,7 @@ class Daemon:
     def _status_line(self, r: CycleResult) -> str:
         mode = "dry run, " if self.dry_run else ""
         if r.result == "ok" and r.report is not None:
-            short = "" if r.full else " (short: preemptions only)"
-            return (f"{mode}cycle {self.cycles} ok{short} in {r.seconds:.2f}s:"
-                    f" {r.actions} action(s), "
+            return (f"{mode}cycle {self.cycles} ok in {r.seconds:.2f}s: {r.actions} action(s), "
                     f"{r.report.calls} Slurm call(s), {self._in_flight()} preemption(s) open")
         return f"{mode}cycle {self.cycles} {r.result}: {r.message}"
 
@@ -600,21 +590,13 @@ class Daemon:
         except sqlite3.Error:  # the cycle already said what is wrong with the journal
             return 0
 
-    def _full_due(self) -> bool:
-        """Whether the next cycle plans in full: the first one does, then one
-        at least ``daemon.interval`` after the last full one began."""
-        return (self._last_full is None
-                or self._monotonic() - self._last_full >= self.settings.daemon.interval)
-
-    def cycle(self, full: bool = True) -> CycleResult:
-        """One pass; never raises for Slurm being away (it backs off instead).
-        ``full=False``: a short cycle, whose plan moves preemptions only."""
+    def cycle(self) -> CycleResult:
+        """One pass; never raises for Slurm being away (it backs off instead)."""
         assert self.journal is not None and self.executor is not None
         assert self.client is not None and self.planner is not None
         started = time.monotonic()
-        begun = self._monotonic()
         self.cycles += 1
-        self.doorbell.cycle_started(begun)
+        self.doorbell.cycle_started(self._monotonic())
         self._feed_watchdog()
         self._maybe_reload_settings()
         try:
@@ -652,11 +634,7 @@ class Daemon:
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)
-            plan = self.planner(snapshot, fabric, self.settings, intents, now, full=full)
-            if full:
-                self._last_full = begun
-            else:
-                self.metrics.short_cycles.inc()
+            plan = self.planner(snapshot, fabric, self.settings, intents, now)
             self._feed_watchdog()
             if not self.stopping:
                 self.executor.carry_on(snapshot, now)
@@ -676,8 +654,7 @@ class Daemon:
             return self._finish(self._fail("error", f"cycle failed: {exc}", started,
                                            failure_reason(exc)))
         self._failures = 0
-        result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions),
-                             full=full)
+        result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
         return self._finish(result, snapshot, fabric, now)
 
     def _say_lease(self) -> None:

@@ -157,9 +157,6 @@ class Metrics:
                                  "Cycles started early because a signalled victim acknowledged"
                                  " its checkpoint, left or passed its deadline (daemon.ack_poll)",
                                  registry=r)
-        self.short_cycles = Counter("slurmpolicy_short_cycles",
-                                    "Cycles that planned preemptions only: less than"
-                                    " daemon.interval after the last full cycle", registry=r)
         self.gauges: dict[str, Gauge] = {}
         self.last_figures: list[Figure] = []
         self.server: Any = None

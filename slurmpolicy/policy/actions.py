@@ -167,9 +167,6 @@ class Plan:
     #: could not write them this cycle (``priority.site_factor_actions``): the
     #: next plan asks again. Counted with the executor's deferred actions.
     held_back: int = 0
-    #: False: a short cycle's plan, preemptions only (``plan(full=False)``):
-    #: reservations, deferral and site factors were not looked at.
-    full: bool = True
 
     def of_kind(self, kind: type[Action]) -> list[Action]:
         return [a for a in self.actions if isinstance(a, kind)]

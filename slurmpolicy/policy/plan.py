@@ -8,14 +8,6 @@ Owns the order the rules run in and how their actions combine:
 4. deferral of ``--deferrable`` jobs;
 5. site factors (only real changes, capped per cycle).
 
-A short cycle (``full=False``: the daemon's cycles less than
-``daemon.interval`` after its last full one, woken by an ack, the submit
-doorbell or the ``preemption_poll`` pace) runs steps 1 and 2 only: what it
-is woken for is a preemption that can move on or a job that may preempt,
-and the rest (reservations, deferral, site factors) waits at most
-``daemon.interval`` for the next full cycle, which also keeps the Slurm
-calls of a busy preemption period to what the preemptions need.
-
 ``plan`` is pure: the same inputs give the same Plan, and it reads no clock
 but ``now``. ``apply_to_intents`` advances Intents from a Plan the way the
 daemon's executor does when every action succeeds, so that the simulator and
@@ -55,12 +47,11 @@ if TYPE_CHECKING:
 
 
 def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
-         now: float, cache: PlanCache | None = None, *, full: bool = True) -> Plan:
+         now: float, cache: PlanCache | None = None) -> Plan:
     """What slurmpolicy would do now; every action carries its reason.
 
     ``cache`` (optional) carries what one plan derived from immutable records
     to the next (see :class:`PlanCache`); the Plan is the same without it.
-    ``full=False``: a short cycle's plan, preemptions only (module docstring).
     """
     ctx = Context(snapshot, fabric, settings, intents, now, cache)
     prio = priority.compute(ctx)
@@ -77,9 +68,6 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
         # preemptions in flight (their victims leave by their deadlines).
         ctx.track_preemptions(
             apply_to_intents(intents, Plan(actions=tuple(started)), now).open_preemptions())
-    if not full:
-        return Plan(actions=tuple(actions), effective_priority=prio.effective,
-                    fragmented_since=prio.fragmented_since, full=False)
     beneficiaries = set(ctx.preemption_of_beneficiary)
     claimed = set(ctx.claimed_hosts)
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))

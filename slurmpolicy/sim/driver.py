@@ -31,9 +31,7 @@ The daemon calls ``plan()`` every ``daemon.interval`` seconds, and every
 requeue, looking at those victims every ``daemon.ack_poll`` seconds between
 (a look that sees one move starts the cycle at once); the simulated daemon
 plans at the first look that can move a victim on (its ack, its end or its
-deadline came) and skips the short cycles that cannot. As the daemon's loop,
-it plans in full at most ``daemon.interval`` apart and plans preemptions
-only (``plan(full=False)``) in the cycles in between. To keep a
+deadline came) and skips the short cycles that cannot. To keep a
 50,000-job replay in minutes the simulated daemon skips a cycle when nothing
 that ``plan()`` acts on changed: it plans when a preemption is open, when a
 job of a class that preempts and is never preempted (production) newly waits
@@ -81,8 +79,6 @@ class PolicyUnavailable(ConfigError):
 #: Simulated time 0 as epoch seconds (2026-01-01 UTC): Snapshots carry real-looking times.
 EPOCH = 1_767_225_600.0
 PARTITION = "gpu"
-#: Event times are sums of floats: two that stand for the same moment may differ by this.
-_SAME_TIME = 1e-6
 
 
 class PolicyDriver:
@@ -106,9 +102,6 @@ class PolicyDriver:
         self.fabric = sim.fabric if sim.fabric is not None else _fabric_of(sim)
         self.intents = Intents()
         self.last_plan = -math.inf
-        #: When the last full plan ran, and how many short ones (preemptions only) ran.
-        self.last_full = -math.inf
-        self.short_plans = 0
         #: True while a preemption is open (the next cycle must move it on).
         self.open = False
         #: CPU seconds in snapshot() and in plan() (cpu_parts).
@@ -205,19 +198,12 @@ class PolicyDriver:
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
         intents = replace(self.intents, usage=usage, usage_at=now)
-        # A full plan at most daemon.interval apart, as the daemon's loop
-        # decides (daemon/loop.py); the plans in between are short cycles.
-        full = sim.now - self.last_full >= sim.settings.daemon.interval - _SAME_TIME
         t2 = process_time()
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
-                            cache=self.plan_cache, full=full)
+                            cache=self.plan_cache)
         self.plan_cpu += process_time() - t2
         sim.plan_calls += 1
         self.last_plan = sim.now
-        if full:
-            self.last_full = sim.now
-        else:
-            self.short_plans += 1
         self._new_urgent.clear()
         done = self.within_budget(plan.actions)
         if len(done) < len(plan.actions) or plan.held_back:

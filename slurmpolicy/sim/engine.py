@@ -50,8 +50,6 @@ class Daemon(Protocol):
     :class:`slurmpolicy.sim.driver.PolicyDriver` is the one implementation."""
 
     awaiting: dict[int, tuple[int, float, float]]
-    #: Plans of short cycles so far (preemptions only).
-    short_plans: int
 
     def needs_cycle(self) -> bool: ...
     def cpu_parts(self) -> dict[str, float]: ...
@@ -391,8 +389,6 @@ class RawResult:
     multi_in_nvlink: int
     plan_calls: int
     wall_seconds: float = 0.0
-    #: Of ``plan_calls``, the short cycles' plans (preemptions only: ``plan(full=False)``).
-    short_plans: int = 0
     #: CPU seconds of the replay (the build machine is shared: wall time varies).
     cpu_seconds: float = 0.0
     peak_rss_mb: float = 0.0
@@ -598,7 +594,6 @@ class Simulator:
             last_arrival=last_arrival, makespan=self.now, series=self.series,
             multi_node=self.multi[0], multi_in_leaf=self.multi[1], multi_in_nvlink=self.multi[2],
             plan_calls=self.plan_calls, events=self.events,
-            short_plans=self.driver.short_plans if self.driver is not None else 0,
             benefit_delays=self.benefit_delays, backfill_passes=self.bf_passes,
             backfill_reservations=self.bf_reservations,
             cpu_parts={"backfill": self.bf_cpu, **(self.driver.cpu_parts()

@@ -167,18 +167,18 @@ def test_stop_request_from_another_thread() -> None:
 def test_sigterm_handler_only_sets_flags_and_the_loop_says_why_it_stopped(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
-    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a, **k: Plan())
+    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a: Plan())
     d.close()
     original = d.cycle
     during: list[int] = []
 
-    def cycle(full: bool = True) -> object:
+    def cycle() -> object:
         # The handler may run while the main thread holds logging's lock (or
         # any other): it must not log, so nothing is recorded by the call.
         before = len(caplog.records)
         d._on_term(signal.SIGTERM, None)
         during.append(len(caplog.records) - before)
-        return original(full)
+        return original()
 
     d.cycle = cycle  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="slurmpolicy.daemon"):
@@ -263,7 +263,7 @@ def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool =
 
 
 def _plan(snapshot: Snapshot, fabric: object, settings: Settings, intents: object,
-          now: float, full: bool = True) -> Plan:
+          now: float) -> Plan:
     return Plan(actions=(SetSiteFactor(reason="aging", job_id=5, site_factor=10),))
 
 
@@ -372,37 +372,6 @@ def test_a_look_at_a_signalled_victim_that_acknowledged_starts_the_cycle(tmp_pat
         d.close()
 
 
-def test_cycles_between_two_full_ones_are_short(tmp_path: Path) -> None:
-    """While a victim is awaited the daemon cycles every preemption_poll (5 s)
-    or sooner (its ack): those cycles plan preemptions only (full=False), and
-    one at least daemon.interval (30 s) after the last full one plans in full."""
-    d, client = _watching(tmp_path, ack_poll=1, acks_at=1012.5)
-    asked: list[tuple[float, bool]] = []
-
-    def planner(snapshot: Snapshot, fabric: object, settings: Settings, intents: object,
-                now: float, full: bool = True) -> Plan:
-        asked.append((now, full))
-        if len(asked) == 10:
-            d.request_stop()
-        return Plan()
-
-    d.planner = planner
-    client.snapshot = lambda: Snapshot(  # type: ignore[method-assign]
-        taken_at=client.now[0], slurm_version="x", cluster_name="c",
-        jobs=tuple(client.jobs([1]).values()))  # the victim runs on, signalled
-    d.close()  # run() opens it again, journal and all
-    try:
-        assert d.run() == 0
-    finally:
-        d.close()
-    # Full at 1000, short every 5 s (and at the ack's look, 1013), full again
-    # at the first cycle 30 s or more after 1000, then short again.
-    assert asked == [(1000.0, True), (1005.0, False), (1010.0, False), (1013.0, False),
-                     (1018.0, False), (1023.0, False), (1028.0, False), (1033.0, True),
-                     (1038.0, False), (1043.0, False)]
-    assert d.metrics.short_cycles._value.get() == 8  # type: ignore[attr-defined]
-
-
 def test_many_signalled_victims_are_read_in_turns_and_a_deadline_needs_no_read(
         tmp_path: Path) -> None:
     d, client = _watching(tmp_path, ack_poll=1, acks_at=2000.0)
@@ -491,7 +460,7 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
     client = FakeClient([fresh] * 5)
     d = Daemon(settings_mod.load(settings_file), settings_path=str(settings_file),
-               client=client, planner=lambda *a, **k: Plan(), fabric_loader=loader,
+               client=client, planner=lambda *a: Plan(), fabric_loader=loader,
                clock=lambda: 1000.0)
     d.open()
     try:
@@ -528,7 +497,7 @@ def test_a_fabric_broken_mid_flight_keeps_the_last_good_one(tmp_path: Path) -> N
             raise TopologyError(f"{fabric_file}: line 1: not valid TOML")
         return good
 
-    def planner(snapshot: Snapshot, fabric: object, *rest: object, **kw: object) -> Plan:
+    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
         seen.append(fabric)
         return Plan()
 
@@ -572,7 +541,7 @@ def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
 def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
 
-    def broken(*args: object, **kw: object) -> Plan:
+    def broken(*args: object) -> Plan:
         raise KeyError("bug")
 
     d = _daemon(tmp_path, FakeClient([fresh]), broken)
@@ -582,11 +551,11 @@ def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> No
     calls = []
     original = d.cycle
 
-    def cycle(full: bool = True) -> object:
+    def cycle() -> object:
         calls.append(1)
         if len(calls) == 2:
             d.request_stop()
-        return original(full)
+        return original()
 
     d.cycle = cycle
     assert d.run() == 0
@@ -646,7 +615,7 @@ def test_daemon_steers_through_warnings_and_keeps_the_last_good_fabric(tmp_path:
     snap = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c", nodes=nodes)
     seen: list[object] = []
 
-    def planner(snapshot: Snapshot, fabric: object, *rest: object, **kw: object) -> Plan:
+    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
         seen.append(fabric)
         return Plan()
 

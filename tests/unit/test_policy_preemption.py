@@ -587,36 +587,3 @@ def test_what_moves_a_signalled_victim_on_as_the_daemons_look_reads_it():
     assert victim_moved(replace(job, state=JobState.PENDING), *args) == "gone"
     assert victim_moved(replace(job, restart_count=1), *args) == "gone"
     assert victim_moved(job, 0, now - 30, now - 1, now) == "deadline"
-
-
-def test_a_short_cycle_plans_the_preemptions_of_a_full_one_and_nothing_else():
-    """plan(full=False), the daemon's cycles between two full ones: the same
-    preemption steps as the full plan, no reservation, deferral or site factor."""
-    from slurmpolicy.policy.actions import CreateReservation, SetSiteFactor
-
-    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
-    for i, left in enumerate([7200, 600, 7200, 1200, 7200, 7200, 7200, 7200], start=1):
-        b.run(100 + i, "r", hosts=[i], ran=3600, time_limit=3600 + left,
-              admin_comment=d("research", "USR1", grace=120))
-    b.pend(1, "p", admin_comment=PROD)
-    b.pend(2, "big", nodes=2, waited=2 * 3600, admin_comment=d("research", "USR1"))
-    snap = b.snapshot()
-    whole = plan(snap, b.fabric(), Settings(), Intents(), b.now)
-    short = plan(snap, b.fabric(), Settings(), Intents(), b.now, full=False)
-    steps = (StartPreemption, SignalCheckpoint, Requeue, FinishPreemption)
-    assert whole.full and not short.full
-    # The full plan does all three things here, so the short one had work to leave.
-    assert starts(whole) and [a for a in whole.actions if isinstance(a, CreateReservation)]
-    assert [a for a in whole.actions if isinstance(a, SetSiteFactor)]
-    assert [a for a in short.actions if not isinstance(a, Annotate)] == \
-        [a for a in whole.actions if isinstance(a, steps)]
-    assert short.effective_priority == whole.effective_priority
-    assert short.fragmented_since == whole.fragmented_since
-    # Its preemption moves on in later short cycles: the victim's ack is acted on.
-    intents = apply_to_intents(Intents(), short, b.now)
-    (sig,) = [a for a in short.actions if isinstance(a, SignalCheckpoint)]
-    b.replace_job(sig.job_id, comment=f"ckpt:{b.now + 20:.0f}")
-    later = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 25, full=False)
-    assert [(type(a), a.job_id) for a in later.actions if isinstance(a, Requeue)] == \
-        [(Requeue, sig.job_id)]
-    assert not [a for a in later.actions if isinstance(a, SetSiteFactor)]
