@@ -44,8 +44,8 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -109,6 +109,8 @@ class CycleResult:
     #: journal_corrupt, journal_readonly, journal_full, journal, fabric,
     #: settings, slurm_error, internal; "" when it did not.
     reason: str = ""
+    #: CPU seconds of each step of the cycle's plan (``Plan.timings``).
+    plan_steps: Mapping[str, float] = field(default_factory=dict)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -654,7 +656,8 @@ class Daemon:
             return self._finish(self._fail("error", f"cycle failed: {exc}", started,
                                            failure_reason(exc)))
         self._failures = 0
-        result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions))
+        result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions),
+                             plan_steps=plan.timings)
         return self._finish(result, snapshot, fabric, now)
 
     def _say_lease(self) -> None:
@@ -720,6 +723,10 @@ class Daemon:
                 ("slurmpolicy_fabric_warnings", {},
                  float(len(getattr(self.fabric, "warnings", ())))),
                 ("slurmpolicy_fabric_refused", {}, 1.0 if self.fabric_refused else 0.0)]
+        # Where the plan's time went, step by step: on a large cluster the
+        # step that grows is the one to look at.
+        figures += [("slurmpolicy_plan_seconds", {"step": step}, seconds)
+                    for step, seconds in result.plan_steps.items()]
         if result.reason:
             self._observe_failure(result)
         in_flight = self._in_flight()

@@ -9,7 +9,8 @@ Owns the order the rules run in and how their actions combine:
 5. site factors (only real changes, capped per cycle).
 
 ``plan`` is pure: the same inputs give the same Plan, and it reads no clock
-but ``now``. ``apply_to_intents`` advances Intents from a Plan the way the
+but ``now`` for what it decides (it times its own steps, ``Plan.timings``,
+which Plan equality ignores). ``apply_to_intents`` advances Intents from a Plan the way the
 daemon's executor does when every action succeeds, so that the simulator and
 the tests can drive several cycles without a journal.
 """
@@ -17,6 +18,7 @@ the tests can drive several cycles without a journal.
 from __future__ import annotations
 
 from dataclasses import replace
+from time import process_time
 from typing import TYPE_CHECKING
 
 from slurmpolicy.model import Snapshot
@@ -45,6 +47,10 @@ from slurmpolicy.settings import Settings
 if TYPE_CHECKING:
     from slurmpolicy.topology import Fabric
 
+#: The steps of ``plan()`` in the order they run, as ``Plan.timings`` names them.
+STEPS = ("context", "priorities", "free_gpus", "open_preemptions", "new_preemptions",
+         "reservations", "deferral", "site_factors")
+
 
 def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
          now: float, cache: PlanCache | None = None) -> Plan:
@@ -53,14 +59,20 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     ``cache`` (optional) carries what one plan derived from immutable records
     to the next (see :class:`PlanCache`); the Plan is the same without it.
     """
+    # Each step's CPU time, read at its end (a few clock reads a plan).
+    marks = [process_time()]
     ctx = Context(snapshot, fabric, settings, intents, now, cache)
+    marks.append(process_time())
     prio = priority.compute(ctx)
+    marks.append(process_time())
     # Who Slurm would start on the free GPUs now, in its order: a beneficiary
     # that fits lets its preemption go, a job that fits needs none, and the
     # GPUs they take are no one else's (the same answer in every rule).
     ctx.assign_free(prio.slurm_order())
+    marks.append(process_time())
     actions: list[Action] = []
     actions.extend(preemption.advance_all(ctx))
+    marks.append(process_time())
     started = preemption.start_preemptions(ctx, prio)
     actions.extend(started)
     if started:
@@ -68,14 +80,19 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
         # preemptions in flight (their victims leave by their deadlines).
         ctx.track_preemptions(
             apply_to_intents(intents, Plan(actions=tuple(started)), now).open_preemptions())
+    marks.append(process_time())
     beneficiaries = set(ctx.preemption_of_beneficiary)
     claimed = set(ctx.claimed_hosts)
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
+    marks.append(process_time())
     actions.extend(deferral.deferral_actions(ctx))
+    marks.append(process_time())
     site_factors, held_back = priority.site_factor_actions(ctx, prio)
     actions.extend(site_factors)
+    marks.append(process_time())
     return Plan(actions=tuple(actions), effective_priority=prio.effective,
-                fragmented_since=prio.fragmented_since, held_back=held_back)
+                fragmented_since=prio.fragmented_since, held_back=held_back,
+                timings={step: marks[i + 1] - marks[i] for i, step in enumerate(STEPS)})
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:

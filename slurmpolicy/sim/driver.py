@@ -107,6 +107,8 @@ class PolicyDriver:
         #: CPU seconds in snapshot() and in plan() (cpu_parts).
         self.snapshot_cpu = 0.0
         self.plan_cpu = 0.0
+        #: CPU seconds in each step of plan() (``Plan.timings`` summed; RawResult.plan_steps).
+        self.plan_steps: dict[str, float] = {}
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
@@ -202,6 +204,9 @@ class PolicyDriver:
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
                             cache=self.plan_cache)
         self.plan_cpu += process_time() - t2
+        steps = self.plan_steps
+        for step, seconds in plan.timings.items():
+            steps[step] = steps.get(step, 0.0) + seconds
         sim.plan_calls += 1
         self.last_plan = sim.now
         self._new_urgent.clear()

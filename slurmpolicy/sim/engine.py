@@ -50,6 +50,8 @@ class Daemon(Protocol):
     :class:`slurmpolicy.sim.driver.PolicyDriver` is the one implementation."""
 
     awaiting: dict[int, tuple[int, float, float]]
+    #: CPU seconds in each step of plan() so far (RawResult.plan_steps).
+    plan_steps: dict[str, float]
 
     def needs_cycle(self) -> bool: ...
     def cpu_parts(self) -> dict[str, float]: ...
@@ -396,6 +398,10 @@ class RawResult:
     #: ``plan``, the daemon's reading of Slurm and its ``plan()`` calls): where a
     #: replay's time goes, for the speed targets.
     cpu_parts: dict[str, float] = field(default_factory=dict)
+    #: slurmpolicy mode: the ``plan`` part by step of plan() (``Plan.timings``
+    #: summed: the Context's indexes, priorities, free GPUs, open and new
+    #: preemptions, reservations, deferral, site factors).
+    plan_steps: dict[str, float] = field(default_factory=dict)
     events: int = 0
     #: slurmpolicy mode: how many actions of each kind were applied.
     actions: dict[str, int] = field(default_factory=dict)
@@ -598,6 +604,7 @@ class Simulator:
             backfill_reservations=self.bf_reservations,
             cpu_parts={"backfill": self.bf_cpu, **(self.driver.cpu_parts()
                                                     if self.driver is not None else {})},
+            plan_steps=dict(self.driver.plan_steps) if self.driver is not None else {},
         )
 
     def _stalled(self) -> None:

@@ -137,6 +137,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "wall_seconds": raw.wall_seconds,
         "cpu_seconds": raw.cpu_seconds,
         "cpu_parts": dict(raw.cpu_parts),
+        "plan_steps": dict(raw.plan_steps),
         "peak_rss_mb": raw.peak_rss_mb,
     }
 

@@ -180,6 +180,10 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
                     else f" (seed {have[0]} only)")
             console.print(f"{s['mode']} x{g.load:g}: replayed in {s['cpu_seconds']:.1f} CPU s"
                           f"{cpu_split(s)}{plan}{mean}", markup=False, highlight=False)
+            steps = plan_steps_line(s)
+            if steps:
+                console.print(f"{s['mode']} x{g.load:g}: {steps}", markup=False,
+                              highlight=False)
         if len(g.summaries) > 1:
             line = cpu_ratio_line(g.summaries[0], g.summaries[-1])
             if line:
@@ -201,6 +205,16 @@ def cpu_split(summary: dict[str, Any]) -> str:
              (("plan", "plan()"), ("snapshot", "snapshots"), ("backfill", "backfill"))
              if isinstance(parts.get(key), (int, float))]
     return f" ({', '.join(named)})" if named else ""
+
+
+def plan_steps_line(summary: dict[str, Any]) -> str:
+    """``plan()``'s CPU by step, in the order the steps run (as ``Plan.timings``
+    lists them): 'plan() CPU s by step: context 2.4, priorities 5.9, ...';
+    empty without them (the baselines, figures made before they were timed)."""
+    steps = summary.get("plan_steps") or {}
+    named = [f"{step} {seconds:.1f}" for step, seconds in steps.items()
+             if isinstance(seconds, (int, float))]
+    return f"plan() CPU s by step: {', '.join(named)}" if named else ""
 
 
 def cpu_ratio_line(policy: dict[str, Any], baseline: dict[str, Any]) -> str:

@@ -267,6 +267,25 @@ def _plan(snapshot: Snapshot, fabric: object, settings: Settings, intents: objec
     return Plan(actions=(SetSiteFactor(reason="aging", job_id=5, site_factor=10),))
 
 
+def test_a_cycle_shows_where_its_plan_took_its_time(tmp_path: Path) -> None:
+    """The plan's steps (Plan.timings) become slurmpolicy_plan_seconds{step},
+    on the endpoint and in the journal's metric history."""
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    timed = Plan(timings={"context": 0.5, "priorities": 0.25})
+    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a, **k: timed)
+    try:
+        assert d.cycle().result == "ok"
+        steps = {labels["step"]: value for name, labels, value in d.metrics.last_figures
+                 if name == "slurmpolicy_plan_seconds"}
+        assert steps == {"context": 0.5, "priorities": 0.25}
+        assert d.journal is not None
+        kept = d.journal.metric_history("slurmpolicy_plan_seconds")
+        assert sorted((r[1]["step"], r[2]) for r in kept) == [("context", 0.5),
+                                                               ("priorities", 0.25)]
+    finally:
+        d.close()
+
+
 def test_cycle_skips_stale_snapshot_and_backs_off(tmp_path: Path) -> None:
     stale = Snapshot(taken_at=800.0, slurm_version="x", cluster_name="c")
     client = FakeClient([stale, SlurmUnavailable("down"), SlurmUnavailable("down")])

@@ -601,6 +601,16 @@ def test_a_replay_says_where_its_cpu_went() -> None:
     assert sum(parts.values()) <= policy["cpu_seconds"]
     assert set(base["cpu_parts"]) == {"backfill"}
     assert base["cpu_parts"]["backfill"] <= base["cpu_seconds"]
+    # plan()'s part by step, in the order plan() runs them, within that part.
+    from slurmpolicy.policy.plan import STEPS
+    from slurmpolicy.sim.report import plan_steps_line
+
+    steps = policy["plan_steps"]
+    assert tuple(steps) == STEPS and all(v >= 0 for v in steps.values())
+    assert 0 < sum(steps.values()) <= parts["plan"] + 1e-6
+    assert base["plan_steps"] == {} and plan_steps_line(base) == ""
+    assert plan_steps_line({"plan_steps": {"context": 1.25, "priorities": 3.0}}) == \
+        "plan() CPU s by step: context 1.2, priorities 3.0"
     assert cpu_split(base) == f" (backfill {base['cpu_parts']['backfill']:.1f})"
     # The ratio and the part outside plan(), from the figures given.
     fake_policy = {"mode": "slurmpolicy", "cpu_seconds": 70.0,
