@@ -636,7 +636,8 @@ class Daemon:
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)
-            plan = self.planner(snapshot, fabric, self.settings, intents, now)
+            plan = self.planner(snapshot, fabric, self.settings, intents, now,
+                                clock=time.process_time)
             self._feed_watchdog()
             if not self.stopping:
                 self.executor.carry_on(snapshot, now)

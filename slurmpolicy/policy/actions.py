@@ -167,10 +167,11 @@ class Plan:
     #: could not write them this cycle (``priority.site_factor_actions``): the
     #: next plan asks again. Counted with the executor's deferred actions.
     held_back: int = 0
-    #: CPU seconds (process time) of each step of ``plan()``, by name
-    #: (:data:`slurmpolicy.policy.plan.STEPS`): where a plan's time goes, for
-    #: the daemon's metrics and the simulator's profile. Not a decision: two
-    #: plans that differ only here are equal.
+    #: Seconds of each step of ``plan()`` by name
+    #: (:data:`slurmpolicy.policy.plan.STEPS`), on the clock its caller gave
+    #: (the daemon and the simulator: process CPU time; none given: empty):
+    #: where a plan's time goes. Not a decision: two plans that differ only
+    #: here are equal.
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     def of_kind(self, kind: type[Action]) -> list[Action]:

@@ -9,16 +9,18 @@ Owns the order the rules run in and how their actions combine:
 5. site factors (only real changes, capped per cycle).
 
 ``plan`` is pure: the same inputs give the same Plan, and it reads no clock
-but ``now`` for what it decides (it times its own steps, ``Plan.timings``,
-which Plan equality ignores). ``apply_to_intents`` advances Intents from a Plan the way the
-daemon's executor does when every action succeeds, so that the simulator and
+but ``now``. A caller that wants to know where a plan's time goes passes a
+``clock`` (the daemon and the simulator pass ``time.process_time``): each
+step's time is then in ``Plan.timings``, which Plan equality ignores.
+``apply_to_intents`` advances Intents from a Plan the way the daemon's
+executor does when every action succeeds, so that the simulator and
 the tests can drive several cycles without a journal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from time import process_time
 from typing import TYPE_CHECKING
 
 from slurmpolicy.model import Snapshot
@@ -53,26 +55,29 @@ STEPS = ("context", "priorities", "free_gpus", "open_preemptions", "new_preempti
 
 
 def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
-         now: float, cache: PlanCache | None = None) -> Plan:
+         now: float, cache: PlanCache | None = None,
+         clock: Callable[[], float] | None = None) -> Plan:
     """What slurmpolicy would do now; every action carries its reason.
 
     ``cache`` (optional) carries what one plan derived from immutable records
     to the next (see :class:`PlanCache`); the Plan is the same without it.
+    ``clock`` (optional): read at the end of each step (:data:`STEPS`), for
+    ``Plan.timings``; it changes no decision.
     """
-    # Each step's CPU time, read at its end (a few clock reads a plan).
-    marks = [process_time()]
+    tick = clock if clock is not None else _untimed
+    marks = [tick()]
     ctx = Context(snapshot, fabric, settings, intents, now, cache)
-    marks.append(process_time())
+    marks.append(tick())
     prio = priority.compute(ctx)
-    marks.append(process_time())
+    marks.append(tick())
     # Who Slurm would start on the free GPUs now, in its order: a beneficiary
     # that fits lets its preemption go, a job that fits needs none, and the
     # GPUs they take are no one else's (the same answer in every rule).
     ctx.assign_free(prio.slurm_order())
-    marks.append(process_time())
+    marks.append(tick())
     actions: list[Action] = []
     actions.extend(preemption.advance_all(ctx))
-    marks.append(process_time())
+    marks.append(tick())
     started = preemption.start_preemptions(ctx, prio)
     actions.extend(started)
     if started:
@@ -80,19 +85,24 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
         # preemptions in flight (their victims leave by their deadlines).
         ctx.track_preemptions(
             apply_to_intents(intents, Plan(actions=tuple(started)), now).open_preemptions())
-    marks.append(process_time())
+    marks.append(tick())
     beneficiaries = set(ctx.preemption_of_beneficiary)
     claimed = set(ctx.claimed_hosts)
     actions.extend(reservations.reservation_actions(ctx, prio, beneficiaries, claimed))
-    marks.append(process_time())
+    marks.append(tick())
     actions.extend(deferral.deferral_actions(ctx))
-    marks.append(process_time())
+    marks.append(tick())
     site_factors, held_back = priority.site_factor_actions(ctx, prio)
     actions.extend(site_factors)
-    marks.append(process_time())
+    marks.append(tick())
     return Plan(actions=tuple(actions), effective_priority=prio.effective,
                 fragmented_since=prio.fragmented_since, held_back=held_back,
-                timings={step: marks[i + 1] - marks[i] for i, step in enumerate(STEPS)})
+                timings=({step: marks[i + 1] - marks[i] for i, step in enumerate(STEPS)}
+                         if clock is not None else {}))
+
+
+def _untimed() -> float:
+    return 0.0
 
 
 def apply_to_intents(intents: Intents, plan: Plan, now: float) -> Intents:

@@ -202,7 +202,7 @@ class PolicyDriver:
         intents = replace(self.intents, usage=usage, usage_at=now)
         t2 = process_time()
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
-                            cache=self.plan_cache)
+                            cache=self.plan_cache, clock=process_time)
         self.plan_cpu += process_time() - t2
         steps = self.plan_steps
         for step, seconds in plan.timings.items():

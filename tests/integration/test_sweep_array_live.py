@@ -25,7 +25,7 @@ TRACE = ROOT / "contrib" / "traces" / "philly-2017-09-10.csv"
 #: 2 loads x 2 modes on the first 300 jobs of the shipped trace: 4 array tasks.
 GRID = ("--trace", str(TRACE), "--limit", "300", "--hosts", "16", "--compare",
         "--load-scale", "1,2", "--seed", "5")
-TIMING = ("cpu_seconds", "cpu_parts", "wall_seconds", "peak_rss_mb")
+TIMING = ("cpu_seconds", "cpu_parts", "plan_steps", "wall_seconds", "peak_rss_mb")
 
 
 def _figures(data: Any) -> Any:

@@ -128,7 +128,7 @@ def _daemon(tmp_path: Path, **kw: object) -> Daemon:
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path / "st"), interval=5,
                                               lease_ttl=0),
                         metrics=Metrics(enabled=False))
-    d = Daemon(settings, client=Client(1000.0), planner=lambda *a: Plan(),  # type: ignore[arg-type]
+    d = Daemon(settings, client=Client(1000.0), planner=lambda *a, **k: Plan(),  # type: ignore[arg-type]
                fabric_loader=lambda s, st: None, clock=lambda: 1000.0, **kw)  # type: ignore[arg-type]
     d.open()
     return d
@@ -226,7 +226,7 @@ def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
     path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\ninterval = 5\nlease_ttl = 0\n'
                     '[metrics]\nenabled = false\n')
     d = Daemon(settings_mod.load(path), settings_path=str(path), client=Client(1000.0),  # type: ignore[arg-type]
-               planner=lambda *a: Plan(), fabric_loader=lambda s, st: None,
+               planner=lambda *a, **k: Plan(), fabric_loader=lambda s, st: None,
                clock=lambda: 1000.0)
     d.open()
     try:

@@ -167,7 +167,7 @@ def test_stop_request_from_another_thread() -> None:
 def test_sigterm_handler_only_sets_flags_and_the_loop_says_why_it_stopped(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
-    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a: Plan())
+    d = _daemon(tmp_path, FakeClient([fresh]), lambda *a, **k: Plan())
     d.close()
     original = d.cycle
     during: list[int] = []
@@ -263,7 +263,7 @@ def _daemon(tmp_path: Path, client: FakeClient, planner: object, dry_run: bool =
 
 
 def _plan(snapshot: Snapshot, fabric: object, settings: Settings, intents: object,
-          now: float) -> Plan:
+          now: float, clock: object = None) -> Plan:
     return Plan(actions=(SetSiteFactor(reason="aging", job_id=5, site_factor=10),))
 
 
@@ -479,7 +479,7 @@ def test_fabric_reloaded_on_sighup_and_on_file_change(tmp_path: Path) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
     client = FakeClient([fresh] * 5)
     d = Daemon(settings_mod.load(settings_file), settings_path=str(settings_file),
-               client=client, planner=lambda *a: Plan(), fabric_loader=loader,
+               client=client, planner=lambda *a, **k: Plan(), fabric_loader=loader,
                clock=lambda: 1000.0)
     d.open()
     try:
@@ -516,7 +516,7 @@ def test_a_fabric_broken_mid_flight_keeps_the_last_good_one(tmp_path: Path) -> N
             raise TopologyError(f"{fabric_file}: line 1: not valid TOML")
         return good
 
-    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
+    def planner(snapshot: Snapshot, fabric: object, *rest: object, **kw: object) -> Plan:
         seen.append(fabric)
         return Plan()
 
@@ -560,7 +560,7 @@ def test_keep_history_setting_and_prune(tmp_path: Path) -> None:
 def test_unexpected_planner_error_does_not_stop_the_daemon(tmp_path: Path) -> None:
     fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
 
-    def broken(*args: object) -> Plan:
+    def broken(*args: object, **kw: object) -> Plan:
         raise KeyError("bug")
 
     d = _daemon(tmp_path, FakeClient([fresh]), broken)
@@ -634,7 +634,7 @@ def test_daemon_steers_through_warnings_and_keeps_the_last_good_fabric(tmp_path:
     snap = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c", nodes=nodes)
     seen: list[object] = []
 
-    def planner(snapshot: Snapshot, fabric: object, *rest: object) -> Plan:
+    def planner(snapshot: Snapshot, fabric: object, *rest: object, **kw: object) -> Plan:
         seen.append(fabric)
         return Plan()
 

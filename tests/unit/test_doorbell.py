@@ -150,7 +150,7 @@ def _daemon(tmp_path: Path, bell: Path | str, poll: float = 5,
                                               interval=interval, preemption_poll=poll,
                                               lease_ttl=0),
                         metrics=Metrics(enabled=False), plugin=Plugin(doorbell=str(bell)))
-    d = Daemon(settings, client=object(), planner=lambda *a: None,  # type: ignore[arg-type]
+    d = Daemon(settings, client=object(), planner=lambda *a, **k: None,  # type: ignore[arg-type]
                fabric_loader=lambda s, st: None, serve_metrics=False)
     fake = FakeTime(Path(bell))
     d._monotonic = fake.monotonic

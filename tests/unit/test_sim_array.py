@@ -22,7 +22,7 @@ from slurmpolicy.sim import array, grid, metrics, report
 #: A small synthetic grid: 2 loads x 2 modes x 2 seeds = 8 replays of 40 jobs.
 SYNTH = ("--format", "synthetic", "--trace", "jobs=40,interarrival=120", "--hosts", "8",
          "--hosts-per-leaf", "4", "--compare", "--load-scale", "1,2")
-TIMING = ("cpu_seconds", "cpu_parts", "wall_seconds", "peak_rss_mb")
+TIMING = ("cpu_seconds", "cpu_parts", "plan_steps", "wall_seconds", "peak_rss_mb")
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -113,7 +113,7 @@ def test_replay_is_deterministic_for_a_seed() -> None:
     hosts = Hosts.layout(8, 8, hosts_per_leaf=4)
     a = replay(trace, hosts, "slurm-grace")[1]
     b = replay(trace, hosts, "slurm-grace")[1]
-    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "peak_rss_mb"):
+    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "plan_steps", "peak_rss_mb"):
         a.pop(volatile), b.pop(volatile)
     assert a == b
     assert a["completed"] == 400
@@ -164,7 +164,7 @@ def test_slurmpolicy_replay_is_deterministic() -> None:
     hosts = Hosts.layout(6, 8, hosts_per_leaf=3)
     a = replay(trace, hosts, "slurmpolicy")[1]
     b = replay(trace, hosts, "slurmpolicy")[1]
-    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "peak_rss_mb"):
+    for volatile in ("wall_seconds", "cpu_seconds", "cpu_parts", "plan_steps", "peak_rss_mb"):
         a.pop(volatile), b.pop(volatile)
     assert a == b
     assert a["completed"] == 150 and a["plan_calls"] > 0
