@@ -184,6 +184,9 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
             gap = ""
         elif math.isinf(ratio):
             gap = f"{fmt(a)} where the baseline has none"
+        elif key == "alloc":
+            # A ratio of two shares rounds to 1.00x for a real gap: say it in points.
+            gap = f"{(b - a) * 100:.1f} percentage points under the baseline"
         else:
             gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
         rows.append({"key": key, "target": f"{name} {want}", "slurmpolicy": fmt(a),

@@ -1,0 +1,45 @@
+"""The issue's targets as the simulator judges them (sim.metrics.targets):
+ratios against the fair baseline, and a gap that says how far a miss is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmpolicy.sim.metrics import targets
+
+
+def _summary(p95: float, jct: float, lost: float, idle: float, alloc: float) -> dict[str, Any]:
+    return {"by_class": {"production": {"wait": {"p95": p95}}}, "jct_mean": jct,
+            "lost_gpu_hours": lost, "idle_in_grace_gpu_hours": idle, "allocation": alloc}
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in rows}
+
+
+def test_each_target_is_met_or_missed_by_its_own_bound():
+    rows = _by_key(targets(_summary(20, 900, 1.0, 50.0, 0.70),
+                           _summary(63, 1000, 4.0, 90.0, 0.69)))
+    assert rows["prod_p95"]["met"] and rows["prod_p95"]["ratio"] == 20 / 63
+    assert rows["jct"]["met"]
+    assert rows["lost"]["met"]  # 0.25x
+    assert not rows["idle"]["met"]
+    assert rows["idle"]["gap"] == "0.56x, 0.06x from 0.5x"
+    assert rows["alloc"]["met"]  # more than the baseline
+
+
+def test_an_allocation_short_of_the_baseline_is_said_in_points():
+    # 63.6% against 63.9% is 0.995x: a ratio would print "1.00x, 0.00x from 1x".
+    rows = _by_key(targets(_summary(0, 1, 0, 0, 0.636), _summary(0, 1, 0, 0, 0.639)))
+    assert not rows["alloc"]["met"]
+    assert rows["alloc"]["gap"] == "0.3 percentage points under the baseline"
+    assert rows["alloc"]["slurmpolicy"] == "63.6%" and rows["alloc"]["baseline"] == "63.9%"
+
+
+def test_work_lost_where_the_baseline_loses_none_is_a_miss_with_its_amount():
+    rows = _by_key(targets(_summary(0, 1, 2.1, 0, 0.5), _summary(0, 1, 0.0, 0, 0.5)))
+    lost = rows["lost"]
+    assert not lost["met"] and lost["ratio"] is None
+    assert lost["gap"] == "2.1 where the baseline has none"
+    # Nothing on either side: nothing to compare, nothing missed.
+    assert rows["prod_p95"]["met"] and rows["prod_p95"]["ratio"] is None
