@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Mapping
 from itertools import repeat
@@ -195,6 +195,72 @@ class PlanCache:
                 text_cache.clear()
 
 
+class _FreeIndex:
+    """The hosts of one free map by the GPUs each has left while
+    :meth:`Context.assign_free` hands them out: per domain of one level, the
+    hosts with ``v`` GPUs left, by name, for every ``v``. A job's best fit is
+    read off the smallest ``v`` it fits in; a job that takes GPUs moves its
+    hosts down (:meth:`took`)."""
+
+    __slots__ = ("buckets", "domain", "left")
+
+    def __init__(self, base: Mapping[str, int], taken: Mapping[str, int], level: Level,
+                 domain_of: Any) -> None:
+        #: GPUs left per host of the map (hosts with none left are dropped).
+        self.left: dict[str, int] = {}
+        #: Domain of each host (one for the whole cluster at Level.CLUSTER).
+        self.domain: dict[str, str] = {}
+        #: domain -> GPUs left -> hosts, sorted by name.
+        self.buckets: dict[str, dict[int, list[str]]] = {}
+        for h, f in base.items():
+            f -= taken.get(h, 0)
+            if f <= 0:
+                continue
+            d = "cluster" if level >= Level.CLUSTER else domain_of(h, level)
+            self.left[h] = f
+            self.domain[h] = d
+            self.buckets.setdefault(d, {}).setdefault(f, []).append(h)
+        for per in self.buckets.values():
+            for hosts in per.values():
+                hosts.sort()
+
+    def pick(self, gpn: int, need: int) -> list[str] | None:
+        """The ``need`` hosts a job of ``gpn`` GPUs per host takes: in each domain
+        the first by (GPUs left, name) among those with ``gpn`` or more, and of
+        the domains, the pick whose (GPUs left, name) list comes first."""
+        best: list[tuple[int, str]] | None = None
+        for per in self.buckets.values():
+            pick: list[tuple[int, str]] = []
+            for v in sorted(per):
+                if v < gpn:
+                    continue
+                for h in per[v]:
+                    pick.append((v, h))
+                    if len(pick) == need:
+                        break
+                if len(pick) == need:
+                    break
+            if len(pick) == need and (best is None or pick < best):
+                best = pick
+        return None if best is None else [h for _, h in best]
+
+    def took(self, host: str, gpus: int) -> None:
+        f = self.left.get(host)
+        if f is None:
+            return
+        per = self.buckets[self.domain[host]]
+        hosts = per[f]
+        del hosts[bisect_left(hosts, host)]
+        if not hosts:
+            del per[f]
+        f -= gpus
+        if f > 0:
+            self.left[host] = f
+            insort(per.setdefault(f, []), host)
+        else:
+            del self.left[host]
+
+
 class Context:
     """Indexes over one snapshot; every method is pure and cached."""
 
@@ -324,6 +390,8 @@ class Context:
         #: (:meth:`assign_free`), and those jobs; None until assigned.
         self.free_taken: dict[str, int] = {}
         self.starts_on_free: set[int] | None = None
+        #: _take_free's indexes of free hosts, by free map key and level (assign_free's).
+        self._free_indexes: dict[tuple[Any, Level], _FreeIndex] = {}
         self._events: dict[tuple[Any, ...], list[tuple[float, int, str, int]]] = {}
         #: reservations.forecast answers, by shape, partition, own reservations, blocked hosts.
         self.forecasts: dict[tuple[Any, ...], Any] = {}
@@ -655,6 +723,7 @@ class Context:
         taken: dict[str, int] = {}
         starts: set[int] = set()
         self.free_taken, self.starts_on_free = taken, starts
+        self._free_indexes = {}
         free, reserved_now = self.free, self.reserved_now
         # Whole GPUs free on hosts no reservation holds now, less what jobs took:
         # the most a job without a GPU type or a reservation of its own could get.
@@ -687,13 +756,53 @@ class Context:
     def _take_free(self, job: Job) -> list[tuple[str, int]] | None:
         """The (host, GPUs) the job takes if it fits on what is free now once
         ``free_taken`` is gone (added to it), None if it does not fit: best fit,
-        the hosts with the fewest free GPUs that hold it, in one domain of its
-        level when strict."""
+        the hosts with the fewest free GPUs that hold it (ties: by name), in one
+        domain of its level when strict (the domain whose pick comes first).
+
+        The answer of :meth:`_take_free_walk` (every host looked at, per job),
+        from an index of the free hosts by GPUs left that the jobs of one free
+        map share: assign_free asks for every job of the queue that fits, and a
+        walk per job over thousands of free hosts grew with their product.
+        """
         gpn = job_gpus_per_node(job)
         if gpn <= 0:
             return []
         if not self.fits_now(job):
             return None  # the common answer, from the shared per-shape table
+        level, strict = self.level_of(job)
+        need = max(1, job.node_count)
+        if not strict or need == 1:
+            # One host's best fit is the best of every domain's: the level
+            # only matters when several hosts must share a domain.
+            level = Level.CLUSTER
+        key, base = self._base_free(job)
+        if self.has_own_active_reservation(job) and self.free_map(job) is not base:
+            return self._take_free_walk(job)  # its own hosts too: a map of its own
+        index = self._free_indexes.get((key, level))
+        if index is None:
+            index = self._free_indexes[key, level] = _FreeIndex(
+                base, self.free_taken, level, self.domain_of)
+        best = index.pick(gpn, need)
+        if best is None:
+            return None
+        for h in best:
+            self._take(h, gpn)
+        return [(h, gpn) for h in best]
+
+    def _take(self, host: str, gpus: int) -> None:
+        """``gpus`` of ``host`` go to a job: in ``free_taken`` and every index."""
+        self.free_taken[host] = self.free_taken.get(host, 0) + gpus
+        for index in self._free_indexes.values():
+            index.took(host, gpus)
+
+    def _take_free_walk(self, job: Job) -> list[tuple[str, int]] | None:
+        """:meth:`_take_free` by a walk over the job's free map: every host,
+        grouped by domain of its level when strict, the fullest that hold it."""
+        gpn = job_gpus_per_node(job)
+        if gpn <= 0:
+            return []
+        if not self.fits_now(job):
+            return None
         level, strict = self.level_of(job)
         if not strict:
             level = Level.CLUSTER
@@ -715,7 +824,7 @@ class Context:
         if best is None:
             return None
         for _, h in best:
-            taken[h] = taken.get(h, 0) + gpn
+            self._take(h, gpn)
         return [(h, gpn) for _, h in best]
 
     def free_gpus_for(self, job: Job) -> int:

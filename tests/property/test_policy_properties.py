@@ -273,8 +273,10 @@ def test_every_job_can_be_explained(case):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.booleans())
 def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
-    """assign_free skips most of a full cluster's queue by a GPU count: the jobs
-    it starts and the GPUs they take are those of a fit test for every job."""
+    """assign_free skips most of a full cluster's queue by a GPU count and finds
+    each job's best fit in an index of the free hosts: the jobs it starts and
+    the GPUs they take are those of a fit test for every job, each a walk over
+    every free host."""
     b, s, intents = case
     if magnetic and b.jobs:
         # A job with a reservation of its own active now: the count never skips it.
@@ -293,7 +295,7 @@ def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
     ref = Context(snap, fab, s, intents, b.now)
     ref.free_taken = {}
     starts = {j.job_id for j in order
-              if not ref.blocked_by_slurm(j) and ref._take_free(j) is not None}
+              if not ref.blocked_by_slurm(j) and ref._take_free_walk(j) is not None}
     assert fast == (starts, ref.free_taken)
 
 
