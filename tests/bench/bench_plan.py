@@ -151,13 +151,20 @@ def measure(n_hosts: int, n_pending: int) -> tuple[float, float, float, float, i
     return best, wall, frozen, peak / 2**20, len(snap.jobs), kinds
 
 
-def main(sizes: list[tuple[int, int]]) -> None:
+def main(sizes: list[tuple[int, int]], json_out: bool = False) -> None:
     import resource
 
     rows = []
+    records = []
     for nodes, pending in sizes:
         seconds, wall, frozen, mib, n, kinds = measure(nodes, pending)
         rows.append((nodes, seconds, frozen, mib, n))
+        records.append({"nodes": nodes, "pending": pending, "jobs": n, "cpu_seconds": seconds,
+                        "wall_seconds": wall, "frozen_cpu_seconds": frozen, "peak_mib": mib,
+                        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                        "actions": kinds})
+        if json_out:
+            continue
         target = {4096: " (target < 1 s)", 16384: " (target < 3 s)"}.get(nodes, "")
         print(f"{nodes:>6} nodes, {pending:>6} pending, {n:>6} jobs: "
               f"plan() {seconds * 1000:7.1f} ms CPU{target} ({wall * 1000:.0f} ms wall; "
@@ -165,6 +172,12 @@ def main(sizes: list[tuple[int, int]]) -> None:
               f"peak {mib:7.1f} MiB allocated by plan(); "
               f"process max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
               f" MiB (snapshot included); actions {kinds}")
+    if json_out:
+        # For scripts/figures, which writes README's and the docs' rows from it.
+        import json
+
+        print(json.dumps(records))
+        return
     for (s1, t1, f1, m1, n1), (s2, t2, f2, m2, n2) in itertools.pairwise(rows):
         nlogn = (n2 * math.log(n2)) / (n1 * math.log(n1))
         print(f"{s1} -> {s2} nodes: time x{t2 / t1:.2f} (x{f2 / f1:.2f} with gc.freeze()), "
@@ -185,4 +198,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=_size, nargs="*", default=list(SIZES),
                         metavar="NODES:PENDING")
-    main(parser.parse_args().sizes)
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON list of the figures instead of the text")
+    args = parser.parse_args()
+    main(args.sizes, args.json)

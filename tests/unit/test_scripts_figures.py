@@ -87,8 +87,41 @@ def test_splice_replaces_only_between_its_markers(figures, tmp_path):
         figures.splice(bare, "speed", "x")
 
 
+def test_the_scale_block_judges_each_size_and_its_growth(figures):
+    rows = [{"nodes": 2048, "pending": 20_000, "jobs": 21_000, "cpu_seconds": 0.2,
+             "peak_mib": 18.0},
+            {"nodes": 4096, "pending": 30_000, "jobs": 32_000, "cpu_seconds": 1.25,
+             "peak_mib": 29.0},
+            {"nodes": 16384, "pending": 50_000, "jobs": 58_000, "cpu_seconds": 2.0,
+             "peak_mib": 57.0}]
+    block = figures.scale_block(rows, "abc1234", "here")
+    lines = {int(x.split("|")[1].replace(",", "")): x for x in block.splitlines()
+             if re.match(r"\| [\d,]+ \|", x)}
+    assert lines[2048].split("|")[5].strip() == ""  # no target at this size
+    assert "< 1 s: **missed** by 0.25 s" in lines[4096]
+    assert "< 3 s: met" in lines[16384]
+    # 0.2 -> 1.25 s is x6.25 where n log n of jobs + nodes gives x1.64: above it.
+    assert "x6.25 (x1.64): **above**" in lines[4096]
+    assert "x1.60 (x2.20): within" in lines[16384]
+
+
+def test_the_scale_run_reads_the_benchmarks_own_json(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "tests/bench/bench_plan.py", "--json", "--sizes",
+                          "64:300", "128:600"], cwd=ROOT, text=True, capture_output=True,
+                         check=True)
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [(r["nodes"], r["pending"]) for r in rows] == [(64, 300), (128, 600)]
+    assert all(r["cpu_seconds"] > 0 and r["jobs"] > r["pending"] for r in rows)
+    block = _figures().scale_block(rows, "abc1234", "here")
+    assert f"| 128 | 600 | {rows[1]['jobs']:,} | {rows[1]['cpu_seconds']:.2f} s |" in block
+
+
 @pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
-@pytest.mark.parametrize("name", ["simulate", "speed"])
+@pytest.mark.parametrize("name", ["simulate", "speed", "plan-scale"])
 def test_the_docs_hold_each_generated_block_once(doc, name):
     text = (ROOT / doc).read_text(encoding="utf-8")
     assert text.count(f"<!-- figures:{name} begin -->") == 1
