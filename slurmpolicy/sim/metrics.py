@@ -166,6 +166,12 @@ def _target_values(summary: dict[str, Any], top: str | None) -> dict[str, float]
             "idle": summary["idle_in_grace_gpu_hours"], "alloc": summary["allocation"]}
 
 
+def _gpu_hours(v: float) -> str:
+    """GPU-hours to a tenth, and a small amount to its first digit: a miss of
+    0.004 GPU-hours where the baseline has none must not read "0.0"."""
+    return f"{v:,.1f}" if v == 0 or abs(v) >= 0.05 else f"{v:.1g}"
+
+
 def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of the issue against the baseline: values, ratio, met, and the
     gap when missed (how far the ratio is from the target)."""
@@ -178,7 +184,7 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = (None if a == 0 else math.inf) if b == 0 else a / b
         met = ratio is None or (ratio <= bound if kind == "max" else ratio >= bound)
         fmt = (lambda v: f"{v:.1%}") if key == "alloc" else (
-            wait_text if key in ("prod_p95", "jct") else (lambda v: f"{v:,.1f}"))
+            wait_text if key in ("prod_p95", "jct") else _gpu_hours)
         want = f"<= {bound:g}x" if kind == "max" else f">= {bound:g}x"
         if met or ratio is None:
             gap = ""

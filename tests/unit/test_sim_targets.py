@@ -43,3 +43,10 @@ def test_work_lost_where_the_baseline_loses_none_is_a_miss_with_its_amount():
     assert lost["gap"] == "2.1 where the baseline has none"
     # Nothing on either side: nothing to compare, nothing missed.
     assert rows["prod_p95"]["met"] and rows["prod_p95"]["ratio"] is None
+
+
+def test_a_small_loss_is_not_printed_as_nothing():
+    rows = _by_key(targets(_summary(0, 1, 0.004, 0.03, 0.5), _summary(0, 1, 0.0, 0.0, 0.5)))
+    assert rows["lost"]["slurmpolicy"] == "0.004"
+    assert rows["lost"]["gap"] == "0.004 where the baseline has none"
+    assert rows["idle"]["slurmpolicy"] == "0.03" and rows["idle"]["baseline"] == "0.0"
