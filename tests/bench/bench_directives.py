@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from directives_support.cases import SITE, script
 from directives_support.lua import LIBLUA51, LUA53, Case, run
 
 from slurmpolicy.directives import check_script
 from slurmpolicy.plugin import render
+from tests.benchfigures import record
 
 pytestmark = pytest.mark.bench
 
@@ -45,10 +47,13 @@ def test_bench_lua_plugin_per_submission(interpreter):
     outcomes = run(plugin, [Case("bench", body, extra=str(reps)) for body in SCRIPTS.values()],
                    interpreter)
     print(f"\njob_submit.lua under {interpreter}: CPU time per slurm_job_submit ({reps} reps)")
+    per_script = {}
     for name, outcome in zip(SCRIPTS, outcomes, strict=True):
         seconds = float(outcome.rc)
         print(f"  {name:28s} {seconds * 1e6:10.1f} us")
         assert seconds >= 0
+        per_script[name] = seconds
+    record("lua_directives", interpreter=Path(interpreter).name, seconds=per_script)
 
 
 def test_bench_python_validator():

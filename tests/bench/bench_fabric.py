@@ -11,13 +11,18 @@ import gc
 import random
 import resource
 import statistics
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
+# Run as a script (python tests/bench/...): the repository root makes `tests` importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from slurmpolicy.topology import Fabric, synthetic_fabric
 from slurmpolicy.topology.types import Level, Placement, Shape
+from tests.benchfigures import record
 
 HOSTS, GPUS, HOSTS_PER_LEAF, LEAVES_PER_SPINE = 4096, 8, 32, 16  # 128 leaves, 8 spines
 CALLS = 1000
@@ -91,7 +96,8 @@ def run() -> dict[str, float]:
     frag = fab.fragmentation(free, [Shape(16, 8, level=Level.LEAF, strict=True), Shape(1, 4)])
     print(f"fragmentation: {_ms(time.perf_counter() - t)}; {frag.summary()}; index {frag.index}")
     nvl = run_nvl72()
-    return {"build_s": build, "p50_s": p50, "p99_s": p99, "rss_mib": rss_after / 1024, **nvl}
+    return {"build_s": build, "p50_s": p50, "p99_s": p99, "rss_mib": rss_after / 1024,
+            "held_mib": current / 2**20, "place64_median_s": statistics.median(big), **nvl}
 
 
 def run_nvl72() -> dict[str, float]:
@@ -116,6 +122,7 @@ def run_nvl72() -> dict[str, float]:
 @pytest.mark.bench
 def test_bench_fabric() -> None:
     figures = run()
+    record("fabric", hosts=HOSTS, gpus=GPUS, **figures)
     assert figures["build_s"] > 0  # figures were measured; never a time limit
 
 

@@ -9,17 +9,21 @@ so the figure is what the journal adds to each Slurm call.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+# Run as a script (python tests/bench/...): the repository root makes `tests` importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from slurmpolicy.daemon.executor import Executor
 from slurmpolicy.model import Job, JobState, Snapshot
 from slurmpolicy.policy.actions import Plan, SetSiteFactor
 from slurmpolicy.settings import Daemon, Settings
 from slurmpolicy.store import Journal
+from tests.benchfigures import record
 
 ACTIONS = 500
 HISTORY_CYCLES = 2000
@@ -75,6 +79,7 @@ def run() -> dict[str, float]:
 @pytest.mark.bench
 def test_journal_bench() -> None:
     figures = run()
+    record("journal", actions=ACTIONS, **figures)
     print(f"\njournal: {figures['ms_per_action']:.2f} ms per Slurm action journalled "
           f"({ACTIONS} actions), {figures['ms_per_cycle_history']:.2f} ms per cycle of metrics "
           f"history (30 figures), load_intents {figures['ms_load_intents']:.1f} ms, "

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from directives_support.lua import LIBLUA51, LUA53, Case, run
 
 from slurmpolicy.plugin import render
 from slurmpolicy.settings import Settings, load
+from tests.benchfigures import record
 
 pytestmark = pytest.mark.bench
 
@@ -34,4 +36,5 @@ def test_routing_cost_per_submission(interpreter: str) -> None:
         figures[name] = float(out.rc) * 1e6
     print(f"\njob_submit.lua ({interpreter}), per submission: " + ", ".join(
         f"{name} {us:.1f} us" for name, us in figures.items()))
+    record("lua_pools", interpreter=Path(interpreter).name, us=figures)
     assert all(us > 0 for us in figures.values())

@@ -40,6 +40,7 @@ import pytest
 # Run as a script (python tests/bench/...): the repository root makes `tests` importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.benchfigures import record
 from tests.paths import FIXTURES
 
 HERE = Path(__file__).resolve()
@@ -203,8 +204,9 @@ def run_devcluster(live_jobs: int) -> None:
 
 def test_bench_read_queue() -> None:
     count = int(os.environ.get("SLURMPOLICY_BENCH_JOBS", "20000"))
-    print_table(f"Reading a {count}-job squeue --json listing into a Snapshot",
-                run_synthetic(count))
+    rows = run_synthetic(count)
+    print_table(f"Reading a {count}-job squeue --json listing into a Snapshot", rows)
+    record("read_queue", rows=[{"slurm": shape, "reader": label, **r} for shape, label, r in rows])
     if os.environ.get("SLURMPOLICY_BENCH_DEVCLUSTER"):
         run_devcluster(int(os.environ.get("SLURMPOLICY_BENCH_LIVE_JOBS", "2000")))
 
