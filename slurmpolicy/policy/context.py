@@ -197,12 +197,12 @@ class PlanCache:
 
 class _FreeIndex:
     """The hosts of one free map by the GPUs each has left while
-    :meth:`Context.assign_free` hands them out: per domain of one level, the
-    hosts with ``v`` GPUs left, by name, for every ``v``. A job's best fit is
-    read off the smallest ``v`` it fits in; a job that takes GPUs moves its
-    hosts down (:meth:`took`)."""
+    :meth:`Context.assign_free` hands them out: the hosts with ``v`` GPUs left,
+    by name, for every ``v``, over the cluster and per domain of one level. A
+    job's best fit is read off the smallest ``v`` it fits in; a job that takes
+    GPUs moves its hosts down (:meth:`took`)."""
 
-    __slots__ = ("buckets", "domain", "left")
+    __slots__ = ("all", "buckets", "domain", "left")
 
     def __init__(self, base: Mapping[str, int], taken: Mapping[str, int], level: Level,
                  domain_of: Any) -> None:
@@ -212,6 +212,8 @@ class _FreeIndex:
         self.domain: dict[str, str] = {}
         #: domain -> GPUs left -> hosts, sorted by name.
         self.buckets: dict[str, dict[int, list[str]]] = {}
+        #: GPUs left -> hosts of every domain, sorted by name.
+        self.all: dict[int, list[str]] = {}
         for h, f in base.items():
             f -= taken.get(h, 0)
             if f <= 0:
@@ -220,43 +222,64 @@ class _FreeIndex:
             self.left[h] = f
             self.domain[h] = d
             self.buckets.setdefault(d, {}).setdefault(f, []).append(h)
-        for per in self.buckets.values():
+            self.all.setdefault(f, []).append(h)
+        for per in (*self.buckets.values(), self.all):
             for hosts in per.values():
                 hosts.sort()
 
     def pick(self, gpn: int, need: int) -> list[str] | None:
         """The ``need`` hosts a job of ``gpn`` GPUs per host takes: in each domain
         the first by (GPUs left, name) among those with ``gpn`` or more, and of
-        the domains, the pick whose (GPUs left, name) list comes first."""
-        best: list[tuple[int, str]] | None = None
-        for per in self.buckets.values():
-            pick: list[tuple[int, str]] = []
-            for v in sorted(per):
-                if v < gpn:
-                    continue
-                for h in per[v]:
-                    pick.append((v, h))
-                    if len(pick) == need:
-                        break
+        the domains, the pick whose (GPUs left, name) list comes first.
+
+        Picks of different domains share no host, so the first of them is the
+        one whose first host comes first: the domain of the first host, in
+        (GPUs left, name) order over the cluster, whose domain has ``need``
+        hosts with ``gpn`` or more. No walk over every domain per job.
+        """
+        if len(self.buckets) == 1:
+            (per,) = self.buckets.values()
+            return self._first(per, gpn, need)
+        counts: dict[str, int] = {}
+        for v in sorted(self.all):
+            if v < gpn:
+                continue
+            for h in self.all[v]:
+                d = self.domain[h]
+                count = counts.get(d)
+                if count is None:
+                    per = self.buckets[d]
+                    count = counts[d] = sum(len(per[u]) for u in per if u >= gpn)
+                if count >= need:
+                    return self._first(self.buckets[d], gpn, need)
+        return None
+
+    @staticmethod
+    def _first(per: dict[int, list[str]], gpn: int, need: int) -> list[str] | None:
+        """The first ``need`` hosts of one domain by (GPUs left, name) with ``gpn`` or more."""
+        pick: list[str] = []
+        for v in sorted(per):
+            if v < gpn:
+                continue
+            for h in per[v]:
+                pick.append(h)
                 if len(pick) == need:
-                    break
-            if len(pick) == need and (best is None or pick < best):
-                best = pick
-        return None if best is None else [h for _, h in best]
+                    return pick
+        return None
 
     def took(self, host: str, gpus: int) -> None:
         f = self.left.get(host)
         if f is None:
             return
-        per = self.buckets[self.domain[host]]
-        hosts = per[f]
-        del hosts[bisect_left(hosts, host)]
-        if not hosts:
-            del per[f]
-        f -= gpus
-        if f > 0:
-            self.left[host] = f
-            insort(per.setdefault(f, []), host)
+        for per in (self.buckets[self.domain[host]], self.all):
+            hosts = per[f]
+            del hosts[bisect_left(hosts, host)]
+            if not hosts:
+                del per[f]
+            if f - gpus > 0:
+                insort(per.setdefault(f - gpus, []), host)
+        if f - gpus > 0:
+            self.left[host] = f - gpus
         else:
             del self.left[host]
 
