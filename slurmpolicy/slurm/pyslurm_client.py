@@ -157,6 +157,10 @@ class PySlurmClient:
         # the process. Raises SlurmError with the reason when unusable.
         self._env = dict(env or {})
         import_pyslurm(self._env)
+        #: The ended jobs of the last snapshot's load (pyslurm lists them; squeue
+        #: does not), for the one ended_jobs() call that follows it, and the ids
+        #: of those it could not read faithfully; None: no such load, ask squeue.
+        self._ended: tuple[list[Job], list[int]] | None = None
 
     def _api(self) -> Any:
         """pyslurm, initialised for this client's cluster (see probe.import_pyslurm)."""
@@ -179,8 +183,23 @@ class PySlurmClient:
             presvs = pyslurm.Reservations.load()
         jobs: list[Job] = []
         undecodable: list[int] = []
+        ended: list[Job] = []
+        ended_odd: list[int] = []
         for j in pjobs.values():
             if not _listed_by_squeue(j):
+                # An ended job Slurm still keeps: not in the snapshot (squeue
+                # leaves it out on 23.02+), kept for the lifecycle's
+                # ended_jobs(), which would otherwise list the whole queue
+                # through squeue --states=all every cycle.
+                try:
+                    done = self._job(j, sites, taken_at)
+                except (UnicodeDecodeError, SlurmError):
+                    ended_odd.append(int(j.id))  # the CLI reads it faithfully
+                    continue
+                if _needs_cli(done) or not done.state.is_finished:
+                    ended_odd.append(done.job_id)
+                else:
+                    ended.append(done)
                 continue
             try:
                 job = self._job(j, sites, taken_at)
@@ -195,6 +214,7 @@ class PySlurmClient:
                 jobs.append(job)
         if undecodable:
             jobs.extend(self._jobs_from_cli(undecodable, sites, taken_at))
+        self._ended = (ended, ended_odd)
         nodes = [self._node(n) for n in pnodes.values()]
         partitions = [self._partition(p) for p in pparts.values()]
         reservations = [self._reservation(r) for r in presvs.values()]
@@ -235,8 +255,12 @@ class PySlurmClient:
         except HostlistError as exc:
             raise SlurmError(f"job {job_id}: field `allocated_nodes`: {exc}") from exc
         running = state.value in ("RUNNING", "SUSPENDED") or "COMPLETING" in flags
+        # Where it runs, or ran once it ended (as squeue and scontrol show an
+        # ended job: the lifecycle reads a failed job's nodes); a pending
+        # job's are a past run's, which squeue does not show.
+        placed = running or state.is_finished
         on_node: Mapping[str, int] = EMPTY_GRES
-        if hosts and running:
+        if hosts and placed:
             # What each node gave the job, typed ("gpu:h100"), as the JSON
             # adapter reads it from gres_detail: the only place a --gpus=N
             # job's GPUs show (pyslurm cannot read tres_per_job, see below).
@@ -276,7 +300,7 @@ class PySlurmClient:
             start_time=_time(j.start_time), end_time=_time(j.end_time),
             restart_count=_int(j.requeue_count), requeue=bool(j.is_requeueable),
             features=",".join(j.constraints or ()), reservation=j.reservation or "",
-            nodes=hosts if running else (),
+            nodes=hosts if placed else (),
             gpus_on_node=on_node,
             dependency=_dependency_text(j.dependencies),
             comment=j.comment or "", admin_comment=j.admin_comment or "",
@@ -417,7 +441,22 @@ class PySlurmClient:
         self.cli.drain_node(node, reason)
 
     def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
-        return self.cli.ended_jobs(job_ids)
+        """The ended jobs Slurm still keeps (of ``job_ids``, or all): those the
+        last snapshot's load listed, once (the cycle's own read, in process;
+        one the load could not read faithfully, see ``_needs_cli``, through
+        the CLI by its id); through squeue when there is no such load."""
+        kept, self._ended = self._ended, None
+        if kept is None:
+            return self.cli.ended_jobs(job_ids)
+        ended, odd = kept
+        wanted = None if job_ids is None else {int(j) for j in job_ids}
+        out = [j for j in ended if wanted is None or j.job_id in wanted]
+        for job_id in odd:
+            if wanted is None or job_id in wanted:
+                job = self.cli.job(job_id)
+                if job is not None and job.state.is_finished:
+                    out.append(job)
+        return out
 
     def set_job_reservation(self, job_id: int, name: str) -> None:
         # pyslurm drops an empty reservation (falsy) instead of clearing it;

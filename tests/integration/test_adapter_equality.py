@@ -185,6 +185,39 @@ def test_finished_jobs_are_not_in_either_snapshot(clients, devcluster: LiveClust
     assert pyslurm.snapshot().job(job) is None
 
 
+def test_ended_jobs_read_the_same(clients, devcluster: LiveCluster) -> None:
+    """The lifecycle's ended_jobs(): pyslurm answers from the jobs its last
+    snapshot loaded (no squeue of the whole queue a cycle), field by field
+    what squeue --states=all says; once, then from Slurm again."""
+    jsoncli, pyslurm = clients
+    wd = devcluster.workdir()
+    done = devcluster.submit("#!/bin/bash\ntrue\n", workdir=wd, extra_args=["--gres=gpu:2"])
+    failed = devcluster.submit("#!/bin/bash\nexit 3\n", workdir=wd, extra_args=["-N2"])
+    # A name pyslurm cannot decode: this one is read through the CLI, by its id.
+    odd = devcluster.submit("#!/bin/bash\ntrue\n", workdir=wd,
+                            extra_args=["-J", "bad-\udcff\udcfe-name"])
+    for job, state in ((done, "COMPLETED"), (failed, "FAILED"), (odd, "COMPLETED")):
+        devcluster.wait_state(job, state)
+    pyslurm.snapshot()
+    assert pyslurm._ended is not None, "the load's ended jobs were not kept"
+    assert odd in pyslurm._ended[1]
+    mine = {j.job_id: j for j in pyslurm.ended_jobs([done, failed, odd])}
+    theirs = {j.job_id: j for j in jsoncli.ended_jobs([done, failed, odd])}
+    assert set(mine) == set(theirs) == {done, failed, odd}
+    for job_id, job in mine.items():
+        fa, fb = _fields(theirs[job_id]), _fields(job)
+        diffs = [f"{k}: jsoncli {fa[k]!r} != pyslurm {v!r}" for k, v in fb.items()
+                 if k not in MOVING and v != fa[k]]
+        assert not diffs, f"job {job_id}: {diffs}"
+    assert mine[failed].exit_code == 3 and mine[done].state.value == "COMPLETED"
+    # Where they ran (the lifecycle's node health reads a failed job's nodes).
+    assert len(mine[failed].nodes) == 2 and sum(mine[done].gpus_on_node.values()) == 2
+    # Asked again without a new snapshot: from Slurm, the same jobs.
+    assert pyslurm._ended is None
+    assert {j.job_id for j in pyslurm.ended_jobs([done, failed])} == {done, failed}
+    assert "\ufffd" in mine[odd].name
+
+
 def test_reservation_made_by_either_reads_the_same(clients) -> None:
     jsoncli, pyslurm = clients
     name = f"eq-{uuid.uuid4().hex[:6]}"
