@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from slurmpolicy import settings as settings_mod  # noqa: E402
 from slurmpolicy.daemon.loop import Daemon  # noqa: E402
 from slurmpolicy.slurm.jsoncli import JsonCliClient  # noqa: E402
+from tests.benchfigures import record  # noqa: E402
 from tests.integration.slurmtools import LiveCluster  # noqa: E402
 
 pytestmark = pytest.mark.bench
@@ -217,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fair-share change: {change['slurm_calls']} Slurm calls ({change['writes']} writes"
               f" for {change['site_factor_jobs']} jobs; target <= 50), settled in one cycle: "
               f"{'yes' if after['site_factor_jobs'] == 0 else 'no'}")
+        record("cycle", adapter=args.adapter, slurm=version, nodes=args.nodes, jobs=args.jobs,
+               settled=rows[-1]["site_factor_jobs"] == 0, settle_cycles=settle - 1,
+               first_s=first["seconds"], first_calls=first["slurm_calls"],
+               steady_median_s=statistics.median(r["seconds"] for r in steady),
+               steady_max_s=max(r["seconds"] for r in steady),
+               steady_reads=steady[-1]["slurm_calls"], change_calls=change["slurm_calls"],
+               change_settled=after["site_factor_jobs"] == 0)
     finally:
         if d is not None:
             d.close()

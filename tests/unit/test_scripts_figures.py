@@ -175,3 +175,21 @@ def test_the_bench_table_judges_each_figure_against_its_target(figures):
     assert next(x for x in lines if x.startswith("| fabric")).endswith("< 2 s, < 1 GB: met |")
     assert next(x for x in lines if x.startswith("| `place()`")).endswith(
         "median 60.00 ms | < 50 ms: **missed** |")
+
+
+def test_the_daemon_cycle_row_shows_each_adapter_or_why_it_was_not_run(figures):
+    cycle = {"bench": "cycle", "nodes": 16, "jobs": 2000, "settled": True, "settle_cycles": 1,
+             "first_s": 1.5, "first_calls": 2, "steady_reads": 1, "change_calls": 1,
+             "change_settled": True}
+    records = [{**cycle, "adapter": "jsoncli", "slurm": "22.05", "steady_median_s": 0.64},
+               {**cycle, "adapter": "pyslurm", "slurm": "25.11", "steady_median_s": 0.10}]
+    row = next(x for x in figures.bench_block(records, "abc1234", "here").splitlines()
+               if x.startswith("| daemon cycle"))
+    assert "jsoncli on Slurm 22.05: new jobs settled in 1 cycle(s)" in row
+    assert "steady cycle 0.64 s (1 reads)" in row and "steady cycle 0.10 s" in row
+    assert row.endswith("1 cycle, steady < 0.5 s, <= 50 calls: **missed** |")  # 0.64 s
+    fast = figures.bench_block(records[1:], "abc1234", "here")
+    assert "<= 50 calls: met |" in fast
+    none = figures.bench_block([], "abc1234", "here", ("it starts Slurm's daemons",))
+    assert "| daemon cycle (`bench_cycle.py`) | not measured here: it starts Slurm's daemons |" \
+        in none
