@@ -35,7 +35,7 @@ import re
 from collections.abc import Sequence
 
 from slurmpolicy.errors import ReservationError, SlurmError, SlurmUnavailable
-from slurmpolicy.model import Snapshot
+from slurmpolicy.model import Job, JobState, Snapshot
 from slurmpolicy.slurm import parse
 from slurmpolicy.slurm.client import ReservationSpec, SignalTarget
 from slurmpolicy.slurm.commands import (
@@ -58,6 +58,10 @@ class JsonCliClient(SlurmCommands):
 
     # ---------------------------------------------------------------- reads
 
+    #: The ended jobs the last snapshot's listing held (23.02+, see snapshot),
+    #: for the one ended_jobs() call that follows it; None: ask squeue.
+    _ended: list[Job] | None = None
+
     def raw_jobs(self) -> bytes:
         return self.run(["squeue", "--all", "--json"])
 
@@ -65,7 +69,19 @@ class JsonCliClient(SlurmCommands):
         modern = self.has_scontrol_json
         sites = self.site_factors()
         taken_at = self.clock()
-        jobs, release, cluster, _ = parse.decode_jobs(self.raw_jobs(), sites, taken_at)
+        if modern:
+            # 23.02+'s squeue lists live jobs only, and the lifecycle asks for
+            # the ended ones every cycle: one listing of every state serves
+            # both (a second whole-queue squeue a cycle otherwise). The
+            # snapshot keeps what squeue lists by default.
+            listed, release, cluster, _ = parse.decode_jobs(
+                self.run(["squeue", "--all", "--json", "--states=all"]), sites, taken_at)
+            jobs = [j for j in listed if _listed_by_default(j)]
+            self._ended = [j for j in listed if j.state.is_finished
+                           and not _listed_by_default(j)]
+        else:
+            jobs, release, cluster, _ = parse.decode_jobs(self.raw_jobs(), sites, taken_at)
+            self._ended = None  # 22.05's listing holds them: the snapshot has them
         if modern:
             nodes, _ = parse.decode_nodes(self.run(["scontrol", "show", "nodes", "--json"]))
             reservations = parse.decode_reservations(
@@ -81,6 +97,15 @@ class JsonCliClient(SlurmCommands):
         return parse.assemble(taken_at=taken_at, slurm_version=release, cluster_name=cluster,
                               jobs=jobs, nodes=nodes, partitions=partitions,
                               reservations=reservations)
+
+    def ended_jobs(self, job_ids: Sequence[int] | None = None) -> list[Job]:
+        """The ended jobs Slurm still keeps (of ``job_ids``, or all): those the
+        last snapshot's listing held, once; else through squeue."""
+        ended, self._ended = self._ended, None
+        if ended is None:
+            return super().ended_jobs(job_ids)
+        wanted = None if job_ids is None else {int(j) for j in job_ids}
+        return [j for j in ended if wanted is None or j.job_id in wanted]
 
     # ---------------------------------------------------------------- writes
 
@@ -176,3 +201,13 @@ def per_job_errors(exc: SlurmError, job_ids: Sequence[int]) -> dict[int, SlurmEr
         return {job: exc for job in job_ids}
     return out
 
+
+
+#: What squeue lists when no --states is given (squeue/print.c, _filter_job):
+#: pending, running and suspended jobs, and any that is completing or staging out.
+_DEFAULT_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED})
+_DEFAULT_FLAGS = frozenset({"COMPLETING", "STAGE_OUT"})
+
+
+def _listed_by_default(job: Job) -> bool:
+    return job.state in _DEFAULT_STATES or bool(job.state_flags & _DEFAULT_FLAGS)

@@ -212,8 +212,13 @@ def test_ended_jobs_read_the_same(clients, devcluster: LiveCluster) -> None:
     assert mine[failed].exit_code == 3 and mine[done].state.value == "COMPLETED"
     # Where they ran (the lifecycle's node health reads a failed job's nodes).
     assert len(mine[failed].nodes) == 2 and sum(mine[done].gpus_on_node.values()) == 2
+    # The JSON CLI's snapshot lists every state once (23.02+) and keeps the
+    # ended jobs aside: the same answer as its own squeue --states=all.
+    assert jsoncli.snapshot().job(done) is None
+    kept = {j.job_id: j for j in jsoncli.ended_jobs([done, failed, odd])}
+    assert {k: _fields(v) for k, v in kept.items()} == {k: _fields(v) for k, v in theirs.items()}
     # Asked again without a new snapshot: from Slurm, the same jobs.
-    assert pyslurm._ended is None
+    assert pyslurm._ended is None and jsoncli._ended is None
     assert {j.job_id for j in pyslurm.ended_jobs([done, failed])} == {done, failed}
     assert "\ufffd" in mine[odd].name
 

@@ -327,3 +327,23 @@ def test_submit_line_recorded_by_25_11_only():
     assert old is not None and old.submit_line == ""
     assert new is not None and new.submit_line.startswith("sbatch -p research -N2 --gres=gpu:8")
     assert new.batch_signal == "" and old.batch_signal == ""
+
+
+def test_the_default_listing_rule_keeps_what_squeue_listed():
+    """jsoncli lists every state once on 23.02+ and keeps, for the snapshot,
+    what squeue lists by default (squeue/print.c): every job of 25.11's
+    recorded default listing; not an ended job, unless it is completing."""
+    from dataclasses import replace
+
+    from slurmpolicy.slurm.jsoncli import _listed_by_default
+
+    modern, _, _, _ = parse.decode_jobs(
+        (FIXTURES / "slurm-25.11" / "squeue.json").read_bytes(), {}, time.time())
+    assert modern and all(_listed_by_default(j) for j in modern)
+    job = modern[0]
+    for state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
+                  JobState.PREEMPTED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
+        assert not _listed_by_default(replace(job, state=state, state_flags=frozenset()))
+        assert _listed_by_default(replace(job, state=state,
+                                          state_flags=frozenset({"COMPLETING"})))
+    assert _listed_by_default(replace(job, state=JobState.SUSPENDED))
