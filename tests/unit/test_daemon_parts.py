@@ -30,7 +30,7 @@ from slurmpolicy.jobpolicy import last_checkpoint
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import Plan, SetSiteFactor, VictimState
 from slurmpolicy.settings import Daemon as DaemonSettings
-from slurmpolicy.settings import Metrics, Settings
+from slurmpolicy.settings import Metrics, Plugin, Settings
 from slurmpolicy.store import Journal
 from slurmpolicy.topology.types import Level
 
@@ -353,7 +353,11 @@ def _watching(tmp_path: Path, ack_poll: float, acks_at: float) -> tuple[Daemon, 
     settings = Settings(daemon=DaemonSettings(state_dir=str(tmp_path), interval=30, lease_ttl=0,
                                               preemption_poll=5, ack_poll=ack_poll,
                                               max_snapshot_age=60),
-                        metrics=Metrics(enabled=False))
+                        metrics=Metrics(enabled=False),
+                        # No doorbell: these are the ack looks alone. The default
+                        # path is the host's, which a devcluster's plugin may have
+                        # rung (and no cycle started here yet: any file reads as rung).
+                        plugin=Plugin(doorbell=""))
     d = Daemon(settings, client=client, planner=_plan,  # type: ignore[arg-type]
                fabric_loader=lambda s, st: None, clock=lambda: now[0], serve_metrics=False)
     d.open()
