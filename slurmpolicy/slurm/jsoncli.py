@@ -202,7 +202,6 @@ def per_job_errors(exc: SlurmError, job_ids: Sequence[int]) -> dict[int, SlurmEr
     return out
 
 
-
 #: What squeue lists when no --states is given (squeue/print.c, _filter_job):
 #: pending, running and suspended jobs, and any that is completing or staging out.
 _DEFAULT_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED})
