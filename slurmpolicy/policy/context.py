@@ -14,7 +14,7 @@ import dataclasses
 import math
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import repeat
 from operator import attrgetter
 from types import MemberDescriptorType
@@ -195,6 +195,29 @@ class PlanCache:
                 text_cache.clear()
 
 
+def best_fit_walk(free: Mapping[str, int], taken: Mapping[str, int], gpn: int, need: int,
+                  level: Level, domain_of: Callable[[str, Level], str]) -> list[str] | None:
+    """The ``need`` hosts of ``free`` (less ``taken``) with ``gpn`` GPUs or more
+    that a job takes, by a walk over every host: in each domain of ``level``
+    the first by (GPUs left, name), and of the domains, the pick whose (GPUs
+    left, name) list comes first. The plain definition :class:`_FreeIndex`
+    answers from its index."""
+    by_domain: dict[str, list[tuple[int, str]]] = {}
+    for h, f in free.items():
+        f -= taken.get(h, 0)
+        if f >= gpn:
+            by_domain.setdefault(domain_of(h, level), []).append((f, h))
+    best: list[tuple[int, str]] | None = None
+    for hosts in by_domain.values():
+        if len(hosts) < need:
+            continue
+        hosts.sort()
+        pick = hosts[:need]
+        if best is None or pick < best:
+            best = pick
+    return None if best is None else [h for _, h in best]
+
+
 class _FreeIndex:
     """The hosts of one free map by the GPUs each has left while
     :meth:`Context.assign_free` hands them out: the hosts with ``v`` GPUs left,
@@ -205,7 +228,7 @@ class _FreeIndex:
     __slots__ = ("all", "buckets", "domain", "left")
 
     def __init__(self, base: Mapping[str, int], taken: Mapping[str, int], level: Level,
-                 domain_of: Any) -> None:
+                 domain_of: Callable[[str, Level], str]) -> None:
         #: GPUs left per host of the map (hosts with none left are dropped).
         self.left: dict[str, int] = {}
         #: Domain of each host (one for the whole cluster at Level.CLUSTER).
@@ -218,7 +241,7 @@ class _FreeIndex:
             f -= taken.get(h, 0)
             if f <= 0:
                 continue
-            d = "cluster" if level >= Level.CLUSTER else domain_of(h, level)
+            d = domain_of(h, level)
             self.left[h] = f
             self.domain[h] = d
             self.buckets.setdefault(d, {}).setdefault(f, []).append(h)
@@ -829,26 +852,13 @@ class Context:
         level, strict = self.level_of(job)
         if not strict:
             level = Level.CLUSTER
-        need = max(1, job.node_count)
-        taken = self.free_taken
-        by_domain: dict[str, list[tuple[int, str]]] = {}
-        for h, f in self.free_map(job).items():
-            f -= taken.get(h, 0)
-            if f >= gpn:
-                by_domain.setdefault(self.domain_of(h, level), []).append((f, h))
-        best: list[tuple[int, str]] | None = None
-        for hosts in by_domain.values():
-            if len(hosts) < need:
-                continue
-            hosts.sort()
-            pick = hosts[:need]
-            if best is None or pick < best:
-                best = pick
+        best = best_fit_walk(self.free_map(job), self.free_taken, gpn, max(1, job.node_count),
+                             level, self.domain_of)
         if best is None:
             return None
-        for _, h in best:
+        for h in best:
             self._take(h, gpn)
-        return [(h, gpn) for _, h in best]
+        return [(h, gpn) for h in best]
 
     def free_gpus_for(self, job: Job) -> int:
         key, base = self._base_free(job)

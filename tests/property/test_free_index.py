@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmpolicy.policy.context import _FreeIndex
+from slurmpolicy.policy.context import _FreeIndex, best_fit_walk
 from slurmpolicy.topology.types import Level
 
 HOSTS = [f"n{i:02d}" for i in range(24)]
@@ -15,27 +15,7 @@ HOSTS = [f"n{i:02d}" for i in range(24)]
 def _domain(host: str, level: Level) -> str:
     # Leaves of 4 hosts, spines of 12: as a fabric's domains would be.
     i = int(host[1:])
-    return {Level.LEAF: f"leaf{i // 4}", Level.SPINE: f"spine{i // 12}"}.get(level, host)
-
-
-def _walk(base: dict[str, int], taken: dict[str, int], level: Level, gpn: int,
-          need: int) -> list[str] | None:
-    """The plain definition (Context._take_free_walk's loop)."""
-    by_domain: dict[str, list[tuple[int, str]]] = {}
-    for h, f in base.items():
-        f -= taken.get(h, 0)
-        if f >= gpn:
-            d = "cluster" if level >= Level.CLUSTER else _domain(h, level)
-            by_domain.setdefault(d, []).append((f, h))
-    best = None
-    for hosts in by_domain.values():
-        if len(hosts) < need:
-            continue
-        hosts.sort()
-        pick = hosts[:need]
-        if best is None or pick < best:
-            best = pick
-    return None if best is None else [h for _, h in best]
+    return {Level.LEAF: f"leaf{i // 4}", Level.SPINE: f"spine{i // 12}"}.get(level, "cluster")
 
 
 @settings(max_examples=300, deadline=None)
@@ -47,7 +27,7 @@ def test_each_pick_is_the_walks(base, taken, level, jobs):
     taken = dict(taken)  # GPUs already handed out when the index is built
     index = _FreeIndex(base, taken, level, _domain)
     for gpn, need in jobs:
-        want = _walk(base, taken, level, gpn, need)
+        want = best_fit_walk(base, taken, gpn, need, level, _domain)
         assert index.pick(gpn, need) == want
         for h in want or ():
             taken[h] = taken.get(h, 0) + gpn
