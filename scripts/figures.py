@@ -233,16 +233,22 @@ def speed(rev: str, trial: bool) -> str:
     """Run the speed case and write its block into README.md and docs/simulate.md."""
     data, wall = simulate([], None, loads=SPEED_LOAD)
     block = speed_block(data, wall, rev, machine())
-    OUT.mkdir(parents=True, exist_ok=True)
+    return _publish("speed", "speed", block, {"commit": rev, "wall_seconds": wall, **data},
+                    ("docs/simulate.md", "README.md"), trial)
+
+
+def _publish(name: str, marker: str, block: str, data: dict[str, Any], docs: tuple[str, ...],
+             trial: bool) -> str:
+    """Keep a part's block and JSON (with the machine) under docs/figures (its
+    trial/ folder with --dry), and write the block between its markers in ``docs``."""
     dest = OUT / "trial" if trial else OUT
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "speed.json").write_text(json.dumps({"commit": rev, "wall_seconds": wall,
-                                                 "machine": machine(), **data},
-                                                indent=1, sort_keys=True) + "\n")
-    (dest / "speed.md").write_text(block + "\n")
+    (dest / f"{name}.json").write_text(json.dumps({"machine": machine(), **data}, indent=1,
+                                                  sort_keys=True) + "\n")
+    (dest / f"{name}.md").write_text(block + "\n")
     if not trial:
-        splice(ROOT / "docs" / "simulate.md", "speed", block)
-        splice(ROOT / "README.md", "speed", block)
+        for doc in docs:
+            splice(ROOT / doc, marker, block)
     return block
 
 
@@ -368,15 +374,8 @@ def bench(rev: str, trial: bool) -> str:
         skipped = _bench_cycle(out)
         records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     block = bench_block(records, rev, machine(), skipped)
-    dest = OUT / "trial" if trial else OUT
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "bench.json").write_text(json.dumps({"commit": rev, "machine": machine(),
-                                                 "records": records}, indent=1,
-                                                sort_keys=True) + "\n")
-    (dest / "bench.md").write_text(block + "\n")
-    if not trial:
-        splice(ROOT / "README.md", "bench", block)
-    return block
+    return _publish("bench", "bench", block, {"commit": rev, "records": records},
+                    ("README.md",), trial)
 
 
 def _nlogn(n1: float, n2: float) -> float:
@@ -426,15 +425,8 @@ def scale(rev: str, trial: bool) -> str:
         sys.exit(f"scripts/figures: bench_plan.py failed: {proc.stderr.strip()[-2000:]}")
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     block = scale_block(rows, rev, machine())
-    dest = OUT / "trial" if trial else OUT
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "scale.json").write_text(json.dumps({"commit": rev, "machine": machine(),
-                                                 "rows": rows}, indent=1, sort_keys=True) + "\n")
-    (dest / "scale.md").write_text(block + "\n")
-    if not trial:
-        splice(ROOT / "docs" / "simulate.md", "plan-scale", block)
-        splice(ROOT / "README.md", "plan-scale", block)
-    return block
+    return _publish("scale", "plan-scale", block, {"commit": rev, "rows": rows},
+                    ("docs/simulate.md", "README.md"), trial)
 
 
 def _keep_plots_of(plots: Path, seed: str) -> None:
