@@ -50,3 +50,25 @@ def test_a_small_loss_is_not_printed_as_nothing():
     assert rows["lost"]["slurmpolicy"] == "0.004"
     assert rows["lost"]["gap"] == "0.004 where the baseline has none"
     assert rows["idle"]["slurmpolicy"] == "0.03" and rows["idle"]["baseline"] == "0.0"
+
+
+def test_a_jct_miss_names_the_lowest_ratio_any_order_could_reach():
+    # The baseline's jobs wait 100 s of a 1,000 s mean life: with no wait at
+    # all a policy gets 0.90x at best, so 0.95x is a miss with room left.
+    ours, base = _summary(0, 950, 0, 0, 0.5), _summary(0, 1000, 0, 0, 0.5)
+    base["wait"] = {"mean": 100.0}
+    jct = _by_key(targets(ours, base))["jct"]
+    assert not jct["met"]
+    assert jct["floor"] == 0.9
+    assert jct["gap"] == "0.95x, 0.05x from 0.9x; with no wait at all 0.90x"
+    # At x1 nobody waits: the target cannot be met by any order, and says so.
+    base["wait"] = {"mean": 0.0}
+    jct = _by_key(targets(_summary(0, 1000, 0, 0, 0.5), base))["jct"]
+    assert jct["floor"] == 1.0 and jct["gap"].endswith("with no wait at all 1.00x")
+
+
+def test_a_met_jct_target_keeps_its_floor_but_no_gap():
+    ours, base = _summary(0, 800, 0, 0, 0.5), _summary(0, 1000, 0, 0, 0.5)
+    base["wait"] = {"mean": 400.0}
+    jct = _by_key(targets(ours, base))["jct"]
+    assert jct["met"] and jct["gap"] == "" and jct["floor"] == 0.6
