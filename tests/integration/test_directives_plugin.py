@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slurmpolicy import settings as settings_mod
@@ -26,9 +27,12 @@ SITE = settings_mod.load(EXAMPLES / "site.toml")
 
 @pytest.fixture(scope="module")
 def cluster(devcluster_factory: Callable[..., LiveCluster], tmp_path_factory) -> LiveCluster:
-    """A small cluster of its own, started with the plugin rendered for site.toml."""
+    """A small cluster of its own, started with the plugin rendered for site.toml
+    (its doorbell in the test's own directory: accepted production jobs ring it,
+    and the host's /run/slurmpolicy/doorbell is a real daemon's)."""
     lua = tmp_path_factory.mktemp("plugin") / "job_submit.lua"
-    lua.write_text(render(SITE))
+    lua.write_text(render(msgspec.structs.replace(
+        SITE, plugin=msgspec.structs.replace(SITE.plugin, doorbell=str(lua.parent / "doorbell")))))
     return devcluster_factory(nodes=2, gpus_per_node=2, racks=1, job_submit_lua=lua)
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from slurmpolicy.hostlist import expand
 from slurmpolicy.plugin import render
-from slurmpolicy.settings import Settings
+from slurmpolicy.settings import Plugin, Settings
 
 from .daemon_support import (
     TRAIN_SH,
@@ -44,7 +44,8 @@ def cluster_fixture() -> Iterator[LiveCluster]:
     state = Path(tempfile.mkdtemp(prefix="spde-", dir="/tmp"))
     os.chmod(state, 0o755)
     lua = Path(tempfile.mkdtemp(prefix="spde-lua-")) / "job_submit.lua"
-    lua.write_text(render(Settings()))
+    # The doorbell beside it: not the host's /run/slurmpolicy/doorbell.
+    lua.write_text(render(Settings(plugin=Plugin(doorbell=str(lua.parent / "doorbell")))))
     c = LiveCluster(state, nodes=3, gpus_per_node=2, racks=1, job_submit_lua=lua,
                     slurm_prefix=os.environ.get("SLURMPOLICY_TEST_SLURM_PREFIX") or None)
     c.up()
