@@ -10,7 +10,9 @@ Reads (one snapshot = five short calls, whatever the queue's size):
 ===============  =================================  ================================
 what             Slurm 23.02 .. 25.11+              Slurm 22.05 (no scontrol --json)
 ===============  =================================  ================================
-jobs             ``squeue --all --json``            same
+jobs             ``squeue --all --json              ``squeue --all --json`` (it lists
+                 --states=all`` (the ended ones     ended jobs too)
+                 kept aside for the lifecycle)
 nodes            ``scontrol show nodes --json``     ``sinfo --all --json`` (flat nodes)
 partitions       ``scontrol show partitions -o``    same
 reservations     ``scontrol show reservations      ``scontrol show reservations -o``
@@ -58,8 +60,8 @@ class JsonCliClient(SlurmCommands):
 
     # ---------------------------------------------------------------- reads
 
-    #: The ended jobs the last snapshot's listing held (23.02+, see snapshot),
-    #: for the one ended_jobs() call that follows it; None: ask squeue.
+    #: The ended jobs the last snapshot's listing held (see snapshot), for
+    #: the one ended_jobs() call that follows it; None: ask squeue.
     _ended: list[Job] | None = None
 
     def raw_jobs(self) -> bytes:
@@ -80,8 +82,11 @@ class JsonCliClient(SlurmCommands):
             self._ended = [j for j in listed if j.state.is_finished
                            and not _listed_by_default(j)]
         else:
+            # 22.05's squeue --json lists every job slurmctld keeps, ended ones
+            # too: they answer the lifecycle's ended_jobs() as they are (it
+            # used to run the same whole-queue squeue again, every cycle).
             jobs, release, cluster, _ = parse.decode_jobs(self.raw_jobs(), sites, taken_at)
-            self._ended = None  # 22.05's listing holds them: the snapshot has them
+            self._ended = [j for j in jobs if j.state.is_finished]
         if modern:
             nodes, _ = parse.decode_nodes(self.run(["scontrol", "show", "nodes", "--json"]))
             reservations = parse.decode_reservations(

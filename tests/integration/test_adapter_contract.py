@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -350,6 +351,39 @@ def test_typed_errors_on_a_bogus_job(client: SlurmClient) -> None:
         with pytest.raises(JobGone) as err:
             call()
         assert "nvalid job id" in err.value.slurm_message
+
+
+def test_ended_jobs_come_from_the_snapshots_listing_once(client: SlurmClient,
+                                                          devcluster: LiveCluster,
+                                                          wd: Path) -> None:
+    """The lifecycle asks for the ended jobs after every snapshot: the adapter
+    answers from what the snapshot's own listing held (22.05's squeue lists
+    ended jobs; 23.02+ is asked for every state; pyslurm's load has them), the
+    same jobs, field by field, as asking Slurm anew, and no whole-queue read."""
+    done = devcluster.submit("#!/bin/bash\ntrue\n", workdir=wd)
+    failed = devcluster.submit("#!/bin/bash\nexit 3\n", workdir=wd)
+    for job, state in ((done, "COMPLETED"), (failed, "FAILED")):
+        devcluster.wait_state(job, state)
+    client.snapshot()
+    calls: list[str] = []
+    run = getattr(client, "run", None)
+    if run is not None:  # the JSON CLI: count the Slurm commands it runs
+        def counted(argv: Sequence[str], *a: Any, **kw: Any) -> bytes:
+            calls.append(" ".join(argv))
+            return run(argv, *a, **kw)
+        client.run = counted  # type: ignore[attr-defined]
+    try:
+        kept = {j.job_id: j for j in client.ended_jobs([done, failed])}
+    finally:
+        if run is not None:
+            del client.run  # type: ignore[attr-defined]
+    assert not [c for c in calls if c.startswith("squeue")], calls
+    asked = {j.job_id: j for j in client.ended_jobs([done, failed])}  # no snapshot: Slurm
+    assert set(kept) == set(asked) == {done, failed}
+    for job_id, job in kept.items():
+        # Slurm's priority may move between two reads; nothing else may.
+        assert replace(job, priority=0) == replace(asked[job_id], priority=0), job_id
+    assert kept[failed].exit_code == 3 and kept[done].state.value == "COMPLETED"
 
 
 def test_finished_job(client: SlurmClient, devcluster: LiveCluster, wd: Path) -> None:
