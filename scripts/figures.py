@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurmpolicy.commands.simulate import SHIPPED_TRACE
 from slurmpolicy.sim.metrics import wait_text as dur
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = "contrib/traces/philly-2017-09-10.csv"
+TRACE = SHIPPED_TRACE
 OUT = ROOT / "docs" / "figures"
 LOADS = "1,2,3"
 SEEDS = "0,1,2"

@@ -21,6 +21,9 @@ import click
 from slurmpolicy.inert import inert
 from slurmpolicy.sim.grid import MODES
 
+#: The GPU-cluster trace the repository ships (contrib/traces/README.md), from its root.
+SHIPPED_TRACE = "contrib/traces/philly-2017-09-10.csv"
+
 
 def _loads(text: str) -> list[float]:
     loads = []
@@ -132,7 +135,9 @@ def simulate(ctx: click.Context, trace_path: str, fmt: str, sacct_columns: str |
     from slurmpolicy.sim.sweep import Run, run_all
 
     if fmt != "synthetic" and not trace_path:
-        raise click.UsageError("--trace FILE is required (or --format synthetic)")
+        raise click.UsageError(
+            "--trace FILE is required (or --format synthetic): a Philly CSV or a sacct dump;"
+            f" the repository ships the Philly trace, --trace {SHIPPED_TRACE}")
     loads = _loads(load_text)
     if seeds_text is not None and ctx.get_parameter_source("seed") not in (
             click.core.ParameterSource.DEFAULT, None):

@@ -77,6 +77,10 @@ def test_simulate_refuses_sacct_default_columns(tmp_path: Path) -> None:
 def test_simulate_needs_a_trace_and_a_big_enough_cluster(tmp_path: Path) -> None:
     code, out = invoke("--mode", "slurm-grace")
     assert code != 0 and "--trace FILE is required" in out
+    # ... and names the trace the repository ships, which exists.
+    from slurmpolicy.commands.simulate import SHIPPED_TRACE
+    assert f"--trace {SHIPPED_TRACE}" in " ".join(out.split())
+    assert (Path(__file__).resolve().parents[2] / SHIPPED_TRACE).is_file()
     trace = tmp_path / "p.csv"
     trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
                      "2017-09-04 10:30:41,100,64,6400,a\n")
