@@ -89,7 +89,7 @@ class JobInfo:
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
     __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "gpu_type", "job", "job_class",
-                 "policy", "quota", "rank", "since", "site_base")
+                 "policy", "quota", "rank", "since", "site_base", "take_key")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -120,6 +120,10 @@ class JobInfo:
                          job.gpus_per_node, job.node_count)
         #: The GPU type it asks for (its directive's, else Slurm's), None: any.
         self.gpu_type = policy.gpu_type or job.gpu_type or None
+        #: All that Context._take_free reads of the record but for its time
+        #: limit, user and reservations (Context.assign_free's failed shapes).
+        self.take_key = (job.partition, self.gpu_type, job_gpus_per_node(job),
+                         max(1, job.node_count), policy.topology, policy.topology_strict)
 
 
 def _planned_end(start: float, runtime: float | None, limit: float | None) -> float:
@@ -776,6 +780,16 @@ class Context:
         # On a full cluster it is soon 0, and the rest of the queue is answered
         # by one comparison each instead of a fit test each.
         left = sum(f for h, f in free.items() if f > 0 and h not in reserved_now)
+        # Jobs take GPUs and never give any back during the walk, so a shape
+        # that found no room finds none further down the queue either: its
+        # later jobs are not asked again (most of a full cluster's queue is a
+        # few shapes that do not fit). A job with a reservation of its own, or
+        # one that owns a reservation ahead, has hosts no other job has: asked
+        # one by one.
+        failed: set[tuple[Any, ...]] = set()
+        later = bool(self.reserved_later)
+        owners = self._later_owners
+        infos = self.infos
         for job in order:
             gpn = job_gpus_per_node(job)
             if gpn > 0 and gpn * max(1, job.node_count) > left and (
@@ -783,8 +797,19 @@ class Context:
                 continue
             if self.blocked_by_slurm(job):
                 continue
+            shape: tuple[Any, ...] | None = None
+            if not (self.has_own_active_reservation(job) or job.job_id in owners):
+                info = infos.get(job.job_id)
+                if info is None or info.job is not job:
+                    info = self.info(job)
+                # Reservations ahead take hosts by the job's time limit and user.
+                shape = (info.take_key, job.time_limit, job.user) if later else info.take_key
+                if shape in failed:
+                    continue
             took = self._take_free(job)
             if took is None:
+                if shape is not None:
+                    failed.add(shape)
                 continue
             starts.add(job.job_id)
             for h, g in took:

@@ -299,6 +299,43 @@ def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
     assert fast == (starts, ref.free_taken)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.lists(st.tuples(st.sampled_from([300, 600, 3000, 9000]),
+                                      st.integers(1, 3),
+                                      st.sampled_from(["plain", "magnetic", "own"])),
+                            min_size=1, max_size=4),
+       st.lists(st.sampled_from([None, 200.0, 700.0, 4000.0]), min_size=1),
+       st.lists(st.sampled_from(ACCOUNTS), min_size=1))
+def test_free_gpus_with_reservations_ahead_go_to_the_same_jobs(case, ahead, limits, users):
+    """assign_free stops asking a shape that found no room (jobs only take GPUs
+    during the walk); a reservation ahead bars hosts by a job's time limit and
+    user, but not for the job it is for, so jobs of one shape but other limits,
+    users or reservations are asked again: the jobs it starts are those of a
+    fit test for every job."""
+    b, s, intents = case
+    b.jobs = [replace(j, time_limit=limits[i % len(limits)], user=users[i % len(users)])
+              if j.is_pending else j for i, j in enumerate(b.jobs)]
+    pending = [j.job_id for j in b.jobs if j.is_pending] or [0]
+    hosts = len(b.fabric().hosts)
+    b.reservations = [*b.reservations, *(
+        Reservation(name=(f"{s.reservations.name_prefix}job_{pending[i % len(pending)]}"
+                          if kind == "own" else f"ahead{i}"),
+                    nodes=(b.host(1 + (h + i) % hosts),),
+                    start_time=b.now + start, end_time=b.now + start + 7200,
+                    flags=frozenset({"MAGNETIC"} if kind == "magnetic" else ()),
+                    users=(users[i % len(users)],) if kind == "magnetic" else ())
+        for i, (start, h, kind) in enumerate(ahead))]
+    snap, fab = b.snapshot(), b.fabric()
+    ctx = Context(snap, fab, s, intents, b.now)
+    order = priority.compute(ctx).slurm_order()
+    ctx.assign_free(order)
+    ref = Context(snap, fab, s, intents, b.now)
+    ref.free_taken = {}
+    starts = {j.job_id for j in order
+              if not ref.blocked_by_slurm(j) and ref._take_free_walk(j) is not None}
+    assert (set(ctx.starts_on_free or ()), dict(ctx.free_taken)) == (starts, ref.free_taken)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.lists(st.tuples(st.sampled_from([-60, 300, 600, 3000, 9000]),
                                       st.sampled_from(["maint", "own", "named", "magnetic"])),

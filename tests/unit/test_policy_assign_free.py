@@ -1,0 +1,54 @@
+"""Who Slurm would start on the free GPUs now (Context.assign_free): a shape
+that found no room is not asked again further down the queue, except where
+a job's own reservations give it hosts the others do not have."""
+
+from __future__ import annotations
+
+from slurmpolicy.model import Reservation
+from slurmpolicy.policy import priority
+from slurmpolicy.policy.actions import Intents
+from slurmpolicy.policy.context import Context
+from slurmpolicy.policy.scenario import ClusterBuilder
+from slurmpolicy.settings import Settings
+
+
+def _starts(b: ClusterBuilder) -> set[int]:
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    ctx.assign_free(priority.compute(ctx).slurm_order())
+    return set(ctx.starts_on_free or ())
+
+
+def test_the_owner_of_a_reservation_ahead_starts_where_its_twin_may_not() -> None:
+    # gpu01 busy, gpu02 free but ours for job 11 in ten minutes. Jobs 10 and
+    # 11 are one shape, one user, one limit: 10 (higher) may not start there
+    # (its hour would run into the reservation); 11 may, it is its own.
+    b = ClusterBuilder(hosts=2, gpus=8)
+    b.run(1, hosts=[1])
+    b.pend(10, user="u", priority=2000)
+    b.pend(11, user="u", priority=1000)
+    b.reservations = [Reservation(name="spolicy_job_11", nodes=(b.host(2),),
+                                  start_time=b.now + 600, end_time=b.now + 7800)]
+    assert _starts(b) == {11}
+
+
+def test_a_shape_that_found_no_room_is_not_asked_again() -> None:
+    # Three free GPUs on each host: the 4-GPU jobs fit nowhere (six free in
+    # all, so the count does not skip them), the 2-GPU one does.
+    b = ClusterBuilder(hosts=2, gpus=8)
+    b.run(1, hosts=[1], gpus_per_node=5)
+    b.run(2, hosts=[2], gpus_per_node=5)
+    for job_id, prio in ((10, 5000), (11, 4000), (12, 3000)):
+        b.pend(job_id, gpus_per_node=4, priority=prio)
+    b.pend(13, gpus_per_node=2, priority=1000)
+    asked: list[int] = []
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    take = ctx._take_free
+
+    def counted(job):  # type: ignore[no-untyped-def]
+        asked.append(job.job_id)
+        return take(job)
+
+    ctx._take_free = counted  # type: ignore[method-assign]
+    ctx.assign_free(priority.compute(ctx).slurm_order())
+    assert ctx.starts_on_free == {13}
+    assert asked == [10, 13]  # 11 and 12 are 10's shape: not asked again
