@@ -216,6 +216,8 @@ def speed_block(data: dict[str, Any], wall: float, rev: str, where: str,
         f"| slurmpolicy's CPU outside `plan()` / the baseline's | "
         f"{(cpu - plan) / base_cpu:.1f}x | (what a `plan()` that cost nothing would leave) |"
         if base_cpu > 0 else "",
+        _plan_budget_row(cpu, base_cpu, plan, policy["plan_calls"]) if ratio > SPEED_RATIO
+        else "",
         f"| slurmpolicy's CPU by part | `plan()` {plan:.1f} s ({policy['plan_calls']:,} "
         f"calls, {policy.get('over_budget_cycles', 0):,} over the Slurm call budget), "
         f"snapshots {parts.get('snapshot', 0.0):.1f}, backfill passes "
@@ -228,6 +230,19 @@ def speed_block(data: dict[str, Any], wall: float, rev: str, where: str,
     _, targets = tables(data, "")
     return "\n".join([head, "", *[r for r in rows if r], "",
                       "The policy targets over the same run:", "", targets.strip()])
+
+
+def _plan_budget_row(cpu: float, base_cpu: float, plan: float, calls: int) -> str:
+    """What the CPU target leaves ``plan()`` when everything else stays as it
+    is: the target times the baseline's CPU, less what slurmpolicy spends
+    outside ``plan()``; and how many times less than now that is."""
+    budget = SPEED_RATIO * base_cpu - (cpu - plan)
+    if budget <= 0:
+        return (f"| what {SPEED_RATIO:g}x leaves `plan()` | nothing: the rest of the replay "
+                f"alone is over {SPEED_RATIO:g}x | |")
+    per = f"{1000 * budget / calls:.2f} ms a plan" if calls else "no plans"
+    return (f"| what {SPEED_RATIO:g}x leaves `plan()` | {budget:.1f} s ({per}) against "
+            f"{plan:.1f} s now: {plan / budget:.1f} times less | |")
 
 
 def speed(rev: str, trial: bool) -> str:

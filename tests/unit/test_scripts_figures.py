@@ -64,6 +64,15 @@ def test_the_speed_block_shows_the_runs_own_figures(figures, run):
         assert row.endswith(": met |") == target["met"], row
 
 
+def test_a_missed_cpu_target_says_what_it_would_leave_plan(figures):
+    # 227.4 s against 32.7: 3x is 98.1 s, of which 89.9 go outside plan().
+    budget = figures._plan_budget_row(227.4, 32.7, 137.5, 22_898)
+    assert budget == ("| what 3x leaves `plan()` | 8.2 s (0.36 ms a plan) against 137.5 s "
+                      "now: 16.8 times less | |")
+    assert "nothing: the rest of the replay alone is over 3x" in figures._plan_budget_row(
+        300.0, 30.0, 100.0, 10)
+
+
 def test_the_wall_time_is_judged_against_five_minutes(figures, run):
     data, _ = run
     fast = figures.speed_block(data, 61.0, "abc1234", "here")
