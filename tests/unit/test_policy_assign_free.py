@@ -31,6 +31,20 @@ def test_the_owner_of_a_reservation_ahead_starts_where_its_twin_may_not() -> Non
     assert _starts(b) == {11}
 
 
+def test_a_user_let_into_a_reservation_ahead_starts_where_another_may_not() -> None:
+    # gpu02 is free but MAGNETIC for user "in" from ten minutes on: job 10 of
+    # "out" (higher) may not start there, job 11 of "in", of one shape and
+    # limit with it, may.
+    b = ClusterBuilder(hosts=2, gpus=8)
+    b.run(1, hosts=[1])
+    b.pend(10, user="out", priority=2000)
+    b.pend(11, user="in", priority=1000)
+    b.reservations = [Reservation(name="team", nodes=(b.host(2),), start_time=b.now + 600,
+                                  end_time=b.now + 7800, flags=frozenset({"MAGNETIC"}),
+                                  users=("in",))]
+    assert _starts(b) == {11}
+
+
 def test_a_shape_that_found_no_room_is_not_asked_again() -> None:
     # Three free GPUs on each host: the 4-GPU jobs fit nowhere (six free in
     # all, so the count does not skip them), the 2-GPU one does.
