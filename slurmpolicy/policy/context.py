@@ -789,7 +789,6 @@ class Context:
         failed: set[tuple[Any, ...]] = set()
         later = bool(self.reserved_later)
         owners = self._later_owners
-        infos = self.infos
         for job in order:
             gpn = job_gpus_per_node(job)
             if gpn > 0 and gpn * max(1, job.node_count) > left and (
@@ -799,11 +798,9 @@ class Context:
                 continue
             shape: tuple[Any, ...] | None = None
             if not (self.has_own_active_reservation(job) or job.job_id in owners):
-                info = infos.get(job.job_id)
-                if info is None or info.job is not job:
-                    info = self.info(job)
+                take_key = self.info(job).take_key
                 # Reservations ahead take hosts by the job's time limit and user.
-                shape = (info.take_key, job.time_limit, job.user) if later else info.take_key
+                shape = (take_key, job.time_limit, job.user) if later else take_key
                 if shape in failed:
                     continue
             took = self._take_free(job)

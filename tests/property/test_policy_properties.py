@@ -287,6 +287,12 @@ def test_free_gpus_go_to_the_same_jobs_as_one_fit_test_per_job(case, magnetic):
                 name=f"{s.reservations.name_prefix}job_{job.job_id}", nodes=(b.host(1),),
                 start_time=b.now - 60, end_time=b.now + 7200,
                 flags=frozenset({"MAGNETIC"}), users=(job.user,))]
+    check_free_gpus_against_the_walk(b, s, intents)
+
+
+def check_free_gpus_against_the_walk(b, s, intents):
+    """assign_free's starts and taken GPUs are those of a fit test per job in
+    Slurm's order, each a walk over every free host."""
     snap, fab = b.snapshot(), b.fabric()
     ctx = Context(snap, fab, s, intents, b.now)
     order = priority.compute(ctx).slurm_order()
@@ -325,15 +331,7 @@ def test_free_gpus_with_reservations_ahead_go_to_the_same_jobs(case, ahead, limi
                     flags=frozenset({"MAGNETIC"} if kind == "magnetic" else ()),
                     users=(users[i % len(users)],) if kind == "magnetic" else ())
         for i, (start, h, kind) in enumerate(ahead))]
-    snap, fab = b.snapshot(), b.fabric()
-    ctx = Context(snap, fab, s, intents, b.now)
-    order = priority.compute(ctx).slurm_order()
-    ctx.assign_free(order)
-    ref = Context(snap, fab, s, intents, b.now)
-    ref.free_taken = {}
-    starts = {j.job_id for j in order
-              if not ref.blocked_by_slurm(j) and ref._take_free_walk(j) is not None}
-    assert (set(ctx.starts_on_free or ()), dict(ctx.free_taken)) == (starts, ref.free_taken)
+    check_free_gpus_against_the_walk(b, s, intents)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
