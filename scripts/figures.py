@@ -79,7 +79,10 @@ ROWS: list[tuple[str, Any, bool]] = [
                           for q in ("mean", "p50", "p95", "p99")), False),
     ("production p95 wait", lambda s: dur(s["by_class"]["production"]["wait"]["p95"]), True),
     ("mean JCT", lambda s: dur(s["jct_mean"]), True),
-    ("share of life queueing: production / all",
+    ("share of a job's life queueing, mean over jobs: production / all",
+     lambda s: f"{s['by_class']['production']['queueing_share_mean']:.1%} / "
+               f"{s['queueing_share_mean']:.1%}", False),
+    ("share of job time queueing (all waits / all lives): production / all",
      lambda s: f"{s['by_class']['production']['queue_share']:.1%} / {s['queue_share']:.1%}",
      False),
     ("GPU allocation (first to last submission)", lambda s: f"{s['allocation']:.1%}", True),

@@ -44,7 +44,7 @@ def test_simulate_compare_runs_the_fair_baseline_at_each_load_with_targets() -> 
         assert [m["mode"] for m in group["modes"]] == ["slurmpolicy", "slurm-grace"]
         assert group["modes"][0]["plan_calls"] > 0
         assert [t["key"] for t in group["targets"]] == ["prod_p95", "jct", "lost", "idle",
-                                                         "alloc"]
+                                                         "alloc", "queueing"]
         for t in group["targets"]:
             assert t["met"] or t["gap"], t  # a miss always says by how much
         base = group["modes"][1]
