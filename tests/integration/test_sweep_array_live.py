@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import slurmpolicy
 from slurmpolicy.cli import cli
+from slurmpolicy.sim import metrics
 
 from .slurmtools import TEST_USER, LiveCluster, parse_scontrol_line, wait_until
 
@@ -90,7 +91,8 @@ def test_sweep_runs_as_a_job_array_and_gathers_into_the_compare_report(
     report = json.loads(gathered.stdout)
     assert [(g["load"], g["seed"], [m["mode"] for m in g["modes"]]) for g in report["loads"]] \
         == [(1.0, 5, ["slurmpolicy", "slurm-grace"]), (2.0, 5, ["slurmpolicy", "slurm-grace"])]
-    assert all(len(g["targets"]) == 5 for g in report["loads"])
+    assert all([t["key"] for t in g["targets"]] == [k for k, *_ in metrics.TARGETS]
+               for g in report["loads"])
 
     # The same grid replayed here: the same figures (a seed gives the same replay).
     local = CliRunner().invoke(cli, ["simulate", *GRID, "--json", "--workers", "1"])
