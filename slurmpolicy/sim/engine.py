@@ -255,6 +255,7 @@ class SimJob:
         "grace_idle",
         "id",
         "key",
+        "lost_after_ack",
         "lost_work",
         "origin",
         "overhead",
@@ -304,6 +305,10 @@ class SimJob:
         self.end: float | None = None
         self.preemptions = 0
         self.lost_work = 0.0
+        #: Of ``lost_work``, what it did between acknowledging its save and the
+        #: requeue: checkpoint-first preemption's own loss (its victims train on
+        #: until the daemon sees the ack), where Slurm's victims exit.
+        self.lost_after_ack = 0.0
         #: Seconds of GPU time spent restoring and saving for preemptions.
         self.overhead = 0.0
         self.site_factor = 0
@@ -820,7 +825,10 @@ class Simulator:
             j.cap = max(j.spec.min_nodes, shrink_to)
             j.shrinks += 1
         p = j.progress(self.now)
-        j.lost_work += max(0.0, p - keep)
+        lost = max(0.0, p - keep)
+        j.lost_work += lost
+        if j.signal_at is not None and j.ack is not None and j.ack >= j.signal_at:
+            j.lost_after_ack += lost
         self._close_grace(j, requeued=True)
         j.ckpt = keep
         j.preemptions += 1

@@ -124,6 +124,8 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "backfill_passes": raw.backfill_passes,
         "backfill_reservations": raw.backfill_reservations,
         "lost_gpu_hours": sum(j.lost_work * j.spec.gpus for j in raw.jobs) / 3600.0,
+        "lost_after_ack_gpu_hours": sum(j.lost_after_ack * j.spec.gpus
+                                        for j in raw.jobs) / 3600.0,
         "overhead_gpu_hours": sum(j.overhead * j.spec.gpus for j in raw.jobs) / 3600.0,
         # Elastic jobs (--nodes=MIN-MAX): started below their maximum, shrunk
         # instead of evicted, and evicted all the same.
@@ -215,6 +217,8 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
             gap = f"{(b - a) * 100:.1f} percentage points under the baseline"
         else:
             gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
+        if key == "lost" and gap:
+            gap += _lost_cause(ours)
         row = {"key": key, "target": f"{name} {want}", "slurmpolicy": fmt(a),
                "baseline": fmt(b), "ratio": None if ratio is None or math.isinf(ratio) else ratio,
                "met": met, "gap": gap}
@@ -228,6 +232,17 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
                 row["gap"] = f"{gap}; with no wait at all {floor:.2f}x"
         rows.append(row)
     return rows
+
+
+def _lost_cause(ours: dict[str, Any]) -> str:
+    """What of slurmpolicy's lost work its victims did after acknowledging their
+    save, before the requeue: the price of victims that keep training (so that
+    a preemption called off costs no restart), bounded by ``daemon.ack_poll``."""
+    lost, after = ours.get("lost_gpu_hours"), ours.get("lost_after_ack_gpu_hours")
+    if not lost or after is None:
+        return ""
+    return (f"; {after / lost:.0%} of it trained between a victim's ack and its requeue "
+            f"(daemon.ack_poll)")
 
 
 def _share_row(key: str, name: str, bound: float, a: float, b: float | None,
@@ -308,6 +323,8 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
         "{:.2f}".format)
     add("preemptions of one job (max)", lambda s: s["max_preemptions_per_job"], "{:,}".format)
     add("GPU-hours lost (work redone after requeue)", lambda s: s["lost_gpu_hours"], num)
+    add("of it, trained between a victim's ack and its requeue",
+        lambda s: s.get("lost_after_ack_gpu_hours"), num)
     add("work redone per preemption (min)", lambda s: s["redone_minutes_per_preemption"],
         "{:.2f}".format)
     add("GPU-hours idle while a victim is in grace", lambda s: s["idle_in_grace_gpu_hours"],

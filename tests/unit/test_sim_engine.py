@@ -145,6 +145,9 @@ def test_slurmpolicy_checkpoint_first_preemption_loses_no_work_beyond_the_save()
                  job(2, 4000, 8, 100, 3600, cls="production")], "slurm-grace",
                 grace_time=30.0)
     assert grace.by_id[1].lost_work > 10 * victim.lost_work
+    assert victim.lost_after_ack == victim.lost_work
+    # A victim whose save did not finish in its grace acked nothing.
+    assert grace.by_id[1].lost_after_ack == 0
     assert high.first_start is not None and high.first_start - 4000 < 4 * 30 + 60
     assert sim.plan_calls > 0
 
@@ -213,6 +216,8 @@ def test_looks_at_the_victim_every_ack_poll_act_on_its_ack_within_that() -> None
         assert sim.by_id[1].preemptions == 1 and sim.by_id[2].first_start is not None
     assert cycles.by_id[1].lost_work == pytest.approx(2.5)
     assert looks.by_id[1].lost_work == pytest.approx(0.5)
+    # All of it is work done after the ack: what the targets' gap names.
+    assert looks.by_id[1].lost_after_ack == pytest.approx(0.5)
     assert looks.by_id[2].first_start == pytest.approx(cycles.by_id[2].first_start - 2.0)
 
 

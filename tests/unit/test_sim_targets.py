@@ -47,6 +47,17 @@ def test_work_lost_where_the_baseline_loses_none_is_a_miss_with_its_amount():
     assert rows["prod_p95"]["met"] and rows["prod_p95"]["ratio"] is None
 
 
+def test_a_loss_where_the_baseline_has_none_says_how_much_came_after_an_ack():
+    ours = _summary(0, 1, 0.4, 0, 0.5)
+    ours["lost_after_ack_gpu_hours"] = 0.3
+    lost = _by_key(targets(ours, _summary(0, 1, 0.0, 0, 0.5)))["lost"]
+    assert lost["gap"] == ("0.4 where the baseline has none; 75% of it trained between a "
+                           "victim's ack and its requeue (daemon.ack_poll)")
+    # A loss that is met names no cause.
+    met = _by_key(targets(ours, _summary(0, 1, 1.0, 0, 0.5)))["lost"]
+    assert met["met"] and met["gap"] == ""
+
+
 def test_a_small_loss_is_not_printed_as_nothing():
     rows = _by_key(targets(_summary(0, 1, 0.004, 0.03, 0.5), _summary(0, 1, 0.0, 0.0, 0.5)))
     assert rows["lost"]["slurmpolicy"] == "0.004"
