@@ -253,6 +253,7 @@ class SimJob:
         "floor",
         "gpus_now",
         "grace_idle",
+        "grace_idle_unused",
         "id",
         "key",
         "lost_after_ack",
@@ -328,6 +329,9 @@ class SimJob:
         #: preemption signal to its save's end, or to its requeue (x GPUs: the
         #: GPU time idle while a victim is in grace).
         self.grace_idle = 0.0
+        #: Of ``grace_idle``, the saves of signals that ended in no requeue (the
+        #: preemption was called off, or the job ended): saves nobody needed.
+        self.grace_idle_unused = 0.0
         #: When victims were first signalled for this job (it is a beneficiary).
         self.benefit_at: float | None = None
         # Elastic jobs (spec.min_nodes): the GPUs of this run, the most nodes the
@@ -865,7 +869,10 @@ class Simulator:
         if j.signal_at is None:
             return
         spent = self.now - j.signal_at
-        j.grace_idle += spent if requeued else min(spent, j.spec.save_time)
+        idle = spent if requeued else min(spent, j.spec.save_time)
+        j.grace_idle += idle
+        if not requeued:
+            j.grace_idle_unused += idle
         j.signal_at = None
 
     def _on_saved(self, job_id: int, ver: int) -> None:

@@ -118,6 +118,8 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "redone_minutes_per_preemption": (sum(j.lost_work for j in raw.jobs) / preemptions / 60.0
                                           if preemptions else 0.0),
         "idle_in_grace_gpu_hours": sum(j.grace_idle * j.spec.gpus for j in raw.jobs) / 3600.0,
+        "idle_in_grace_unused_gpu_hours": sum(j.grace_idle_unused * j.spec.gpus
+                                              for j in raw.jobs) / 3600.0,
         "benefit_delay": _stats(list(raw.benefit_delays)),
         "queue_share": (sum(waits_all) / total) if (total := sum(_jct(j) for j in done)) else 0.0,
         "queueing_share_mean": _queueing_share_mean(done),
@@ -219,6 +221,8 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
             gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
         if key == "lost" and gap:
             gap += _lost_cause(ours)
+        if key == "idle" and gap:
+            gap += _idle_cause(ours)
         row = {"key": key, "target": f"{name} {want}", "slurmpolicy": fmt(a),
                "baseline": fmt(b), "ratio": None if ratio is None or math.isinf(ratio) else ratio,
                "met": met, "gap": gap}
@@ -243,6 +247,18 @@ def _lost_cause(ours: dict[str, Any]) -> str:
         return ""
     return (f"; {after / lost:.0%} of it trained between a victim's ack and its requeue "
             f"(daemon.ack_poll)")
+
+
+def _idle_cause(ours: dict[str, Any]) -> str:
+    """What of slurmpolicy's GPUs idle in grace were saves of victims that were
+    not requeued after all (the beneficiary started on GPUs that freed up
+    while they saved, or the victim ended): Slurm never signals a job it does
+    not then requeue."""
+    idle, unused = ours.get("idle_in_grace_gpu_hours"), ours.get(
+        "idle_in_grace_unused_gpu_hours")
+    if not idle or unused is None:
+        return ""
+    return f"; {unused / idle:.0%} of it saves of victims not requeued after all"
 
 
 def _share_row(key: str, name: str, bound: float, a: float, b: float | None,
@@ -329,6 +345,8 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
         "{:.2f}".format)
     add("GPU-hours idle while a victim is in grace", lambda s: s["idle_in_grace_gpu_hours"],
         num)
+    add("of it, saves of victims not requeued after all",
+        lambda s: s.get("idle_in_grace_unused_gpu_hours"), num)
     for q in ("mean", "p50", "p95", "p99"):
         add(f"beneficiary start delay {q}", lambda s, q=q: s["benefit_delay"][q], wait_text)
     add("GPU-hours save/restore overhead", lambda s: s["overhead_gpu_hours"], num)

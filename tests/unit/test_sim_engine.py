@@ -671,3 +671,25 @@ def test_a_new_site_factor_moves_the_job_within_slurms_queue() -> None:
 
     _replay_checking_snapshots(check)
     assert len(written) > 10 and written[-1] > 20
+
+
+def test_a_save_for_a_preemption_called_off_counts_as_idle_nobody_needed() -> None:
+    """A victim signalled for a production job saves; before it is done another
+    host frees up, the production job starts there and the preemption is
+    called off: the victim trains on, and its save was GPU time idle in grace
+    that no requeue used (what the idle target's gap names)."""
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
+             job(3, 0, 8, 4030, 8000, cls="production"),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    sim = Simulator(trace, Hosts.layout(2, 8, hosts_per_leaf=2), "slurmpolicy",
+                    daemon=PolicyDriver)
+    sim.run()
+    victim, high = sim.by_id[1], sim.by_id[2]
+    assert victim.preemptions == 0 and victim.signal_at is None
+    assert high.first_start is not None and 4030 <= high.first_start < 4060
+    assert victim.grace_idle == pytest.approx(60.0)
+    assert victim.grace_idle_unused == victim.grace_idle
+    # One that goes through is idle in grace, but not unused.
+    done = _one_preemption(poll=5.0, ack_poll=1.0)
+    assert done.by_id[1].preemptions == 1
+    assert done.by_id[1].grace_idle >= 50 and done.by_id[1].grace_idle_unused == 0

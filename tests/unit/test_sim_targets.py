@@ -138,3 +138,11 @@ def test_the_queueing_share_is_each_jobs_own_share_averaged():
         summary["queueing_share_mean"])
     assert summary["queue_share"] == pytest.approx(waits[2] / (1000 + life2 + 5000))
     assert summary["queueing_share_mean"] > 2 * summary["queue_share"]
+
+
+def test_an_idle_miss_says_how_much_were_saves_nobody_needed():
+    ours = _summary(0, 1, 0, 30.0, 0.5)
+    ours["idle_in_grace_unused_gpu_hours"] = 10.0
+    idle = _by_key(targets(ours, _summary(0, 1, 0, 48.0, 0.5)))["idle"]
+    assert idle["gap"] == ("0.62x, 0.12x from 0.5x; 33% of it saves of victims not "
+                           "requeued after all")
