@@ -47,15 +47,23 @@ def test_work_lost_where_the_baseline_loses_none_is_a_miss_with_its_amount():
     assert rows["prod_p95"]["met"] and rows["prod_p95"]["ratio"] is None
 
 
-def test_a_loss_where_the_baseline_has_none_says_how_much_came_after_an_ack():
-    ours = _summary(0, 1, 0.4, 0, 0.5)
-    ours["lost_after_ack_gpu_hours"] = 0.3
-    lost = _by_key(targets(ours, _summary(0, 1, 0.0, 0, 0.5)))["lost"]
-    assert lost["gap"] == ("0.4 where the baseline has none; 75% of it trained between a "
-                           "victim's ack and its requeue (daemon.ack_poll)")
-    # A loss that is met names no cause.
-    met = _by_key(targets(ours, _summary(0, 1, 1.0, 0, 0.5)))["lost"]
-    assert met["met"] and met["gap"] == ""
+@pytest.mark.parametrize(("key", "part", "ours", "base", "gap"), [
+    ("lost", "lost_after_ack_gpu_hours", _summary(0, 1, 0.4, 0, 0.5),
+     _summary(0, 1, 0.0, 0, 0.5),
+     "0.4 where the baseline has none; 75% of it trained between a victim's ack and its "
+     "requeue (daemon.ack_poll)"),
+    ("idle", "idle_in_grace_unused_gpu_hours", _summary(0, 1, 0, 0.4, 0.5),
+     _summary(0, 1, 0, 0.64, 0.5),
+     "0.62x, 0.12x from 0.5x; 75% of it saves of victims not requeued after all"),
+])
+def test_a_miss_of_lost_or_idle_work_names_the_share_of_its_part(
+        key: str, part: str, ours: dict[str, Any], base: dict[str, Any], gap: str) -> None:
+    ours[part] = 0.3
+    assert _by_key(targets(ours, base))[key]["gap"] == gap
+    # A target that is met names no part.
+    base = _summary(0, 1, 1.0, 1.0, 0.5)
+    row = _by_key(targets(ours, base))[key]
+    assert row["met"] and row["gap"] == ""
 
 
 def test_a_small_loss_is_not_printed_as_nothing():
@@ -138,11 +146,3 @@ def test_the_queueing_share_is_each_jobs_own_share_averaged():
         summary["queueing_share_mean"])
     assert summary["queue_share"] == pytest.approx(waits[2] / (1000 + life2 + 5000))
     assert summary["queueing_share_mean"] > 2 * summary["queue_share"]
-
-
-def test_an_idle_miss_says_how_much_were_saves_nobody_needed():
-    ours = _summary(0, 1, 0, 30.0, 0.5)
-    ours["idle_in_grace_unused_gpu_hours"] = 10.0
-    idle = _by_key(targets(ours, _summary(0, 1, 0, 48.0, 0.5)))["idle"]
-    assert idle["gap"] == ("0.62x, 0.12x from 0.5x; 33% of it saves of victims not "
-                           "requeued after all")
