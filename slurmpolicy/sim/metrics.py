@@ -178,6 +178,20 @@ TARGETS = (
 )
 
 
+#: What a missed target's gap says its figure is made of: (the summary's figure
+#: of the part, what the part is). Lost work: what victims trained between
+#: acknowledging their save and the requeue, the price of victims that keep
+#: training so that a preemption called off costs no restart (bounded by
+#: ``daemon.ack_poll``). Idle in grace: the saves of victims not requeued
+#: after all (the beneficiary started on GPUs that freed up while they saved,
+#: or the victim ended); Slurm never signals a job it does not then requeue.
+_GAP_PARTS = {
+    "lost": ("lost_after_ack_gpu_hours",
+             "trained between a victim's ack and its requeue (daemon.ack_poll)"),
+    "idle": ("idle_in_grace_unused_gpu_hours", "saves of victims not requeued after all"),
+}
+
+
 def _target_values(summary: dict[str, Any], top: str | None) -> dict[str, float | None]:
     p95 = summary["by_class"].get(top, {}).get("wait", {}).get("p95", 0.0) if top else 0.0
     return {"prod_p95": p95, "jct": summary["jct_mean"], "lost": summary["lost_gpu_hours"],
@@ -219,10 +233,11 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
             gap = f"{(b - a) * 100:.1f} percentage points under the baseline"
         else:
             gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
-        if key == "lost" and gap:
-            gap += _lost_cause(ours)
-        if key == "idle" and gap:
-            gap += _idle_cause(ours)
+        if gap and key in _GAP_PARTS:
+            part, words = _GAP_PARTS[key]
+            share = ours.get(part)
+            if a and share is not None:
+                gap += f"; {share / a:.0%} of it {words}"
         row = {"key": key, "target": f"{name} {want}", "slurmpolicy": fmt(a),
                "baseline": fmt(b), "ratio": None if ratio is None or math.isinf(ratio) else ratio,
                "met": met, "gap": gap}
@@ -236,29 +251,6 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
                 row["gap"] = f"{gap}; with no wait at all {floor:.2f}x"
         rows.append(row)
     return rows
-
-
-def _lost_cause(ours: dict[str, Any]) -> str:
-    """What of slurmpolicy's lost work its victims did after acknowledging their
-    save, before the requeue: the price of victims that keep training (so that
-    a preemption called off costs no restart), bounded by ``daemon.ack_poll``."""
-    lost, after = ours.get("lost_gpu_hours"), ours.get("lost_after_ack_gpu_hours")
-    if not lost or after is None:
-        return ""
-    return (f"; {after / lost:.0%} of it trained between a victim's ack and its requeue "
-            f"(daemon.ack_poll)")
-
-
-def _idle_cause(ours: dict[str, Any]) -> str:
-    """What of slurmpolicy's GPUs idle in grace were saves of victims that were
-    not requeued after all (the beneficiary started on GPUs that freed up
-    while they saved, or the victim ended): Slurm never signals a job it does
-    not then requeue."""
-    idle, unused = ours.get("idle_in_grace_gpu_hours"), ours.get(
-        "idle_in_grace_unused_gpu_hours")
-    if not idle or unused is None:
-        return ""
-    return f"; {unused / idle:.0%} of it saves of victims not requeued after all"
 
 
 def _share_row(key: str, name: str, bound: float, a: float, b: float | None,
