@@ -397,7 +397,8 @@ def bench(rev: str, trial: bool) -> str:
         skipped = _bench_cycle(out)
         records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     block = bench_block(records, rev, machine(), skipped)
-    return _publish("bench", "bench", block, {"commit": rev, "records": records},
+    return _publish("bench", "bench", block,
+                    {"commit": rev, "records": records, "skipped": list(skipped)},
                     ("README.md",), trial)
 
 
@@ -537,8 +538,8 @@ def figures(args: argparse.Namespace, rev: str) -> None:
             f"`docs/figures/{'trial/' if trial else ''}*.png`.")
     full, short = tables(data, head)
     plots.mkdir(parents=True, exist_ok=True)
-    (plots / "simulate.json").write_text(json.dumps({"commit": rev, **data}, indent=1,
-                                                    sort_keys=True) + "\n")
+    stored = {"commit": rev, "wall_seconds": wall, **data}
+    (plots / "simulate.json").write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
     (plots / "simulate.md").write_text(full + "\n")
     if not trial:
         splice(ROOT / "docs" / "simulate.md", "simulate", full)

@@ -206,3 +206,85 @@ def test_the_daemon_cycle_row_shows_each_adapter_or_why_it_was_not_run(figures):
     none = figures.bench_block([], "abc1234", "here", ("it starts Slurm's daemons",))
     assert "| daemon cycle (`bench_cycle.py`) | not measured here: it starts Slurm's daemons |" \
         in none
+
+
+# --- the figures in README and docs are what their stored run renders to --------------
+# scripts/figures keeps each run's JSON under docs/figures/ beside the block it
+# wrote. Rendering that JSON again with today's code must give the very block
+# the docs show, and judging its summaries again with today's target rules
+# must give the targets it stored: a hand edit of a figure, or a change to how
+# a figure or a target is worded or judged without a new `scripts/figures`,
+# fails here ("Figures that cannot go stale", issue 16).
+
+_STALE = "differs from what scripts/figures renders from docs/figures/{}.json: run scripts/figures"
+
+
+def _stored(name: str) -> dict[str, Any]:
+    import json
+
+    return json.loads((ROOT / "docs" / "figures" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _block(doc: str, name: str) -> str:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    return text.split(f"<!-- figures:{name} begin -->\n")[1].split(
+        f"\n<!-- figures:{name} end -->")[0]
+
+
+def test_the_simulate_blocks_are_their_stored_run_rendered(figures):
+    data = _stored("simulate")
+    rev, wall = data.pop("commit"), data.pop("wall_seconds", None)
+    shown = _block("docs/simulate.md", "simulate")
+    head = shown.splitlines()[0]
+    full, short = figures.tables(data, head)
+    assert shown == full, "docs/simulate.md's figures " + _STALE.format("simulate")
+    assert _block("README.md", "simulate") == short, "README's figures " + _STALE.format(
+        "simulate")
+    # The head line is the run's own: its commit, replays and CPU.
+    replays = [s for case in data["loads"] for s in case["modes"]]
+    assert f"at commit `{rev}`:" in head
+    assert f"; {len(replays)} replays, {sum(s['cpu_seconds'] for s in replays):.0f} CPU s" in head
+    if wall is not None:  # kept since 5 December 2026
+        assert f"CPU s in all, {wall:.0f} s wall." in head
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
+def test_the_speed_and_scale_blocks_are_their_stored_runs_rendered(figures, doc):
+    speed = _stored("speed")
+    where, rev, wall = speed.pop("machine"), speed.pop("commit"), speed.pop("wall_seconds")
+    assert _block(doc, "speed") == figures.speed_block(speed, wall, rev, where), (
+        f"{doc}'s speed run " + _STALE.format("speed"))
+    scale = _stored("scale")
+    assert _block(doc, "plan-scale") == figures.scale_block(
+        scale["rows"], scale["commit"], scale["machine"]), (
+        f"{doc}'s plan() by size " + _STALE.format("scale"))
+
+
+def test_the_bench_block_is_its_stored_run_rendered(figures):
+    bench = _stored("bench")
+    assert _block("README.md", "bench") == figures.bench_block(
+        bench["records"], bench["commit"], bench["machine"],
+        tuple(bench.get("skipped", ()))), (
+        "README's benchmarks " + _STALE.format("bench"))
+
+
+@pytest.mark.parametrize("name", ["simulate", "speed"])
+def test_the_stored_targets_are_what_todays_rules_judge(name):
+    from slurmpolicy.sim import metrics
+
+    data = _stored(name)
+    for case in data["loads"]:
+        ours, base = case["modes"][0], case["modes"][-1]
+        assert (ours["mode"], base["mode"]) == ("slurmpolicy", "slurm-grace")
+        assert metrics.targets(ours, base) == case["targets"], (
+            f"x{case['load']:g} seed {case['seed']}: " + _STALE.format(name))
+    for group in data.get("across_seeds", []):
+        # Each mode's mean, lowest and highest are today's aggregate of its seeds.
+        for mode in group["modes"]:
+            runs = [s for case in data["loads"] if case["load"] == group["load"]
+                    for s in case["modes"] if s["mode"] == mode["mode"]]
+            assert len(runs) == len(mode["seeds"]) > 1
+            assert metrics.aggregate(runs) == (mode["mean"], mode["min"], mode["max"])
+        means = [m["mean"] for m in group["modes"]]
+        assert metrics.targets(means[0], means[-1]) == group["targets"], (
+            f"x{group['load']:g} across seeds: " + _STALE.format(name))
