@@ -239,8 +239,6 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
     return list(groups.values())
 
 
-#: Passes of the order check before every changed job of a group is written.
-_MAX_PASSES = 64
 #: Above every Slurm sort key: no job must stay ahead yet.
 _NO_KEY = (math.inf, math.inf, math.inf)
 
@@ -255,6 +253,29 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     Slurm ranks by its priority, which holds the site factor it has now (``cur``;
     ``new`` once chosen); ties go to the earlier submit, then the lower job id.
     ``order``: the group sorted by the policy's order, when the caller has it.
+
+    Job x must stay behind every job at least ``threshold`` above it (its
+    leaders, a prefix of the order). A written job sits at its policy key,
+    behind all its leaders' policy keys; so where x is out of order, the write
+    that mends it is x's own when Slurm holds a stale site factor for x, and
+    else (x is at its policy key already) the write of each leader that is
+    not ahead of it, which raises that leader (its stale key was at or below
+    x's policy key, below its own). Two walks, O(n):
+
+    1. down the order: x is written when a leader is not ahead of it and its
+       site factor is stale (leaders' keys are final by then: raises come
+       after, and only help the jobs behind);
+    2. up the order: a job still at a stale key is raised when it is not
+       ahead of a job it leads that sits at its policy key; a raised job sits
+       at its policy key in turn, so its own leaders are checked after it
+       (they come later in this walk). Against the jobs it leads at their
+       policy keys, a job only has to beat the highest one, the first of them.
+
+    This is the least set of writes given step 1's, the fixpoint the order
+    check reached before by repeated walks (each raising one leader per
+    job), without their cost: on a deep queue whose site factors all drifted
+    since they were written (aging), those walks took dozens of passes a
+    cycle (a tests/bench/bench_plan.py --steady figure).
     """
     if order is None:
         order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
@@ -279,52 +300,47 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     skey = [k if not st or tk else (e - v + c, t, ni)
             for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
                                                  neg_ids, strict=True)]
-    # How many leading jobs must stay ahead of job x: those at least
-    # ``threshold`` above it (a prefix, since ``order`` is by priority), never
-    # x itself or one after it. It depends on the priorities alone.
-    must_lead: list[int] = []
+    # Step 1, down the order, with the weakest leader's key so far.
     lead = 0
-    for x, e in enumerate(eff):
-        bar = e + threshold
+    lowest = _NO_KEY
+    mend = False  # a job at its policy key is not behind all its leaders
+    for x in range(n):
+        bar = eff[x] + threshold
         while lead < x and eff[lead] >= bar:
+            key = skey[lead]
+            if key < lowest:
+                lowest = key
             lead += 1
-        must_lead.append(lead)
-    # A pass changes no job before ``first`` (the lowest position it chose):
-    # the next pass would repeat the same steps up to there and choose
-    # nothing, so it starts there, with the weakest job that must stay ahead
-    # found among the (unchanged) jobs before it.
-    first = 0
-    for _ in range(_MAX_PASSES):
-        added = False
-        ahead = must_lead[first]
-        if ahead:
-            weakest = min(range(ahead), key=skey.__getitem__)  # the first lowest, as below
-            lowest = skey[weakest]
-        else:
-            lowest, weakest = _NO_KEY, -1  # the weakest job that must stay ahead (none yet)
-        changed_from = n
-        for x in range(first, n):
-            lead = must_lead[x]
-            while ahead < lead:
-                key = skey[ahead]
-                if key < lowest:
-                    lowest, weakest = key, ahead
-                ahead += 1
+        if lowest > skey[x]:
+            continue
+        if stale[x] and not taken[x]:
+            taken[x] = True
+            skey[x] = new_key[x]
+            chosen.add(ids[x])
             if lowest > skey[x]:
                 continue
-            # Out of order: move the one whose site factor is stale.
-            target = x if stale[x] and not taken[x] else weakest
-            if not taken[target] and stale[target]:
-                taken[target] = True
-                skey[target] = new_key[target]
-                chosen.add(ids[target])
-                added = True
-                if target < changed_from:
-                    changed_from = target
-        if not added:
-            return
-        first = changed_from
-    chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
+        mend = True
+    if not mend:
+        return  # step 2 would raise no one
+    # Step 2, up the order. ``led_from[z]``: the first job that z leads (n:
+    # none); ``first_set[q]``: the first job at or after q that sits at its
+    # policy key (n: none), filled in as the walk goes up.
+    led_from = [n] * n
+    lead = 0
+    for x in range(n):
+        bar = eff[x] + threshold
+        while lead < x and eff[lead] >= bar:
+            led_from[lead] = x
+            lead += 1
+    first_set = [n] * (n + 1)
+    for z in range(n - 1, -1, -1):
+        at_policy = not stale[z] or taken[z]
+        if not at_policy:
+            f = first_set[led_from[z]]
+            if f < n and not skey[z] > new_key[f]:
+                taken[z] = at_policy = True
+                chosen.add(ids[z])
+        first_set[z] = z if at_policy else first_set[z + 1]
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult,

@@ -71,11 +71,11 @@ def test_one_cycle_puts_slurms_order_in_line(jobs, threshold) -> None:  # type: 
 
 
 def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chosen):  # type: ignore[no-untyped-def]
-    """The order check as first written: every pass walks the whole queue.
-    ``priority._reorder`` starts a pass where the one before changed a job
-    and must choose exactly the same jobs."""
-    from slurmpolicy.policy.priority import _MAX_PASSES, _NO_KEY
-
+    """The order check as first written: walks of the whole queue until one
+    changes nothing, each mending an out-of-order job by its own write (stale)
+    or else by raising its weakest leader. ``priority._reorder`` reaches the
+    same fixpoint in two walks and must choose exactly the same jobs."""
+    inf = (float("inf"),) * 3
     n = len(order)
     ids, eff, stale, taken, new_key, skey = [], [], [], [], [], []
     for j in order:
@@ -88,9 +88,9 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
         key = (e, t, -i)
         new_key.append(key)
         skey.append(key if v == c or i in chosen else (e - v + c, t, -i))
-    for _ in range(_MAX_PASSES):
+    while True:
         added = False
-        lowest, weakest, ahead = _NO_KEY, -1, 0
+        lowest, weakest, ahead = inf, -1, 0
         for x in range(n):
             bar = eff[x] + threshold
             while ahead < n and ahead != x and eff[ahead] >= bar:
@@ -107,7 +107,6 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
                 added = True
         if not added:
             return
-    chosen.update(j.job_id for j in order if new[j.job_id] != cur[j.job_id])
 
 
 queue_strategy = st.lists(
@@ -136,3 +135,30 @@ def test_order_check_chooses_what_a_check_of_every_pass_from_the_top_chooses(
     _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, want)
     _reorder(jobs, new, cur, effective, threshold, got)  # type: ignore[arg-type]
     assert got == want
+
+
+def test_a_chain_of_drifted_leaders_is_raised_and_nothing_else_is_written() -> None:
+    """Each leader's stale site factor puts it just below the job it leads once
+    that one is written: mending the last job raises the one before it, which
+    then needs the one before it raised, and so on up a chain of 100 jobs.
+    The walks of the first order check raised one leader each and gave up after
+    64 of them, writing every stale site factor of the queue, the 50 jobs
+    behind the chain too (in order already: nothing needs them written)."""
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.priority import _reorder
+
+    chain, behind = 100, 50
+    jobs = [SimpleNamespace(job_id=i, submit_time=0.0) for i in range(chain + 1 + behind)]
+    effective = {j.job_id: 10_000 - 10 * j.job_id for j in jobs}
+    # Slurm's key is effective - new + cur: leader k holds the key of job k+1, less one.
+    new = dict.fromkeys(effective, 1_000)
+    cur = {k: 1_000 - 11 for k in range(chain)}
+    cur[chain] = 1_000  # the last of the chain: at its policy key, and out of order
+    cur.update({k: 0 for k in range(chain + 1, chain + 1 + behind)})  # far behind: in order
+    chosen: set[int] = set()
+    _reorder(jobs, new, cur, effective, 1, chosen)  # type: ignore[arg-type]
+    assert chosen == set(range(chain))
+    want: set[int] = set()
+    _reorder_every_pass_from_the_top(jobs, new, cur, effective, 1, want)
+    assert want == chosen
