@@ -13,8 +13,10 @@ drifts that change no order cost nothing.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import ne
 
@@ -241,6 +243,8 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
 
 #: Above every Slurm sort key: no job must stay ahead yet.
 _NO_KEY = (math.inf, math.inf, math.inf)
+#: Walks of the order check before every changed job of a group is written.
+_MAX_PASSES = 64
 
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
@@ -271,11 +275,15 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
        (they come later in this walk). Against the jobs it leads at their
        policy keys, a job only has to beat the highest one, the first of them.
 
-    This is the least set of writes given step 1's, the fixpoint the order
-    check reached before by repeated walks (each raising one leader per
-    job), without their cost: on a deep queue whose site factors all drifted
-    since they were written (aging), those walks took dozens of passes a
-    cycle (a tests/bench/bench_plan.py --steady figure).
+    This is the least set of writes given step 1's: the fixpoint that the
+    order check reached before by walks of the whole queue, each raising one
+    leader per job, until one changed nothing (``_MAX_PASSES`` at most; then
+    every stale site factor is written, a queue that far out of line written
+    afresh, and so it still is: :func:`_walks` counts those walks over the
+    raised jobs alone when there are enough of them to need that many). The
+    same jobs are written; the walks are gone: on a deep queue whose site
+    factors all drifted since they were written (aging), they took dozens a
+    cycle, each over every waiting job (bench_plan.py's steady cycle).
     """
     if order is None:
         order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
@@ -301,6 +309,8 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
                                                  neg_ids, strict=True)]
     # Step 1, down the order, with the weakest leader's key so far.
+    at_policy_before = [not st or tk for st, tk in zip(stale, taken, strict=True)]
+    own: list[int] = []
     lead = 0
     lowest = _NO_KEY
     mend = False  # a job at its policy key is not behind all its leaders
@@ -317,6 +327,7 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             taken[x] = True
             skey[x] = new_key[x]
             chosen.add(ids[x])
+            own.append(x)
             if lowest > skey[x]:
                 continue
         mend = True
@@ -333,6 +344,7 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             led_from[lead] = x
             lead += 1
     first_set = [n] * (n + 1)
+    raised: list[int] = []
     for z in range(n - 1, -1, -1):
         at_policy = not stale[z] or taken[z]
         if not at_policy:
@@ -340,7 +352,61 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             if f < n and not skey[z] > new_key[f]:
                 taken[z] = at_policy = True
                 chosen.add(ids[z])
+                raised.append(z)
         first_set[z] = z if at_policy else first_set[z + 1]
+    # The walks of before raised one leader per job a walk, and wrote every
+    # stale site factor of the group once _MAX_PASSES walks had not settled it:
+    # a queue that far out of line is written afresh (largest change first,
+    # within the cycle's calls). Each walk after the first raises one job at
+    # least, so fewer raises than that settle within the limit.
+    if len(raised) >= _MAX_PASSES - 1 and _walks(
+            skey, new_key, led_from, raised, own, at_policy_before) >= _MAX_PASSES:
+        chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
+
+
+def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[float, float, int]],
+           led_from: list[int], raised: list[int], own: list[int],
+           at_policy_before: list[bool]) -> int:
+    """How many walks down the order that change something the repeated walks
+    take to settle, up to :data:`_MAX_PASSES`.
+
+    A walk writes the jobs step 1 writes (the first walk only), and for each
+    job at its policy key that some leader is not ahead of (by the keys at
+    the walk's start), raises its weakest leader. That leader is always one of
+    ``raised`` (the least fixpoint's raises): it is stale and not ahead of a
+    job at its policy key. So a walk is worked out over the raised jobs still
+    at their stale keys, not the queue: their weakest-so-far along the order
+    (a staircase: each step is the weakest leader of the jobs whose leaders
+    end between it and the next step), and per step, the highest job at its
+    policy key it leads within that span (``led_from``: the first job a
+    position leads)."""
+    n = len(skey)
+    left = sorted(raised)  # still at their stale keys
+    raisers = [x for x, set_ in enumerate(at_policy_before) if set_]
+    walks = 0
+    while walks < _MAX_PASSES:
+        steps: list[int] = []
+        for w in left:
+            if not steps or skey[w] < skey[steps[-1]]:
+                steps.append(w)
+        up = []
+        for j, w in enumerate(steps):
+            i = bisect.bisect_left(raisers, led_from[w])
+            if i == len(raisers):
+                continue
+            x = raisers[i]
+            end = led_from[steps[j + 1]] if j + 1 < len(steps) else n
+            if x < end and not skey[w] > new_key[x]:
+                up.append(w)
+        if not up and (walks or not own):
+            return walks
+        walks += 1
+        if walks == 1 and own:  # written in the first walk, raisers from the next
+            raisers = sorted(raisers + own)
+        for w in up:
+            left.remove(w)
+            bisect.insort(raisers, w)
+    return walks
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult,

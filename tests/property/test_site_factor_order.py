@@ -12,6 +12,7 @@ value it already has.
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,10 +72,15 @@ def test_one_cycle_puts_slurms_order_in_line(jobs, threshold) -> None:  # type: 
 
 
 def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chosen):  # type: ignore[no-untyped-def]
-    """The order check as first written: walks of the whole queue until one
-    changes nothing, each mending an out-of-order job by its own write (stale)
-    or else by raising its weakest leader. ``priority._reorder`` reaches the
-    same fixpoint in two walks and must choose exactly the same jobs."""
+    """The order check as first written: walks of the whole queue, each mending
+    an out-of-order job by its own write (stale) or else by raising its weakest
+    leader, until one changes nothing; after ``_MAX_PASSES`` walks that all
+    changed something, every stale site factor is written. ``priority._reorder``
+    works the same out in two walks (and, only when they raise that many
+    leaders, the walks' count over the raised ones) and must choose exactly
+    the same jobs."""
+    from slurmpolicy.policy.priority import _MAX_PASSES
+
     inf = (float("inf"),) * 3
     n = len(order)
     ids, eff, stale, taken, new_key, skey = [], [], [], [], [], []
@@ -88,7 +94,7 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
         key = (e, t, -i)
         new_key.append(key)
         skey.append(key if v == c or i in chosen else (e - v + c, t, -i))
-    while True:
+    for _ in range(_MAX_PASSES):
         added = False
         lowest, weakest, ahead = inf, -1, 0
         for x in range(n):
@@ -107,6 +113,7 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
                 added = True
         if not added:
             return
+    chosen.update(j.job_id for j in order if new[j.job_id] != cur[j.job_id])
 
 
 queue_strategy = st.lists(
@@ -137,18 +144,20 @@ def test_order_check_chooses_what_a_check_of_every_pass_from_the_top_chooses(
     assert got == want
 
 
-def test_a_chain_of_drifted_leaders_is_raised_and_nothing_else_is_written() -> None:
+@pytest.mark.parametrize(("chain", "written"), [(62, "the chain"), (63, "the chain"),
+                                              (64, "every stale"), (100, "every stale")])
+def test_a_chain_of_drifted_leaders_is_raised_one_walk_each(chain: int, written: str) -> None:
     """Each leader's stale site factor puts it just below the job it leads once
-    that one is written: mending the last job raises the one before it, which
-    then needs the one before it raised, and so on up a chain of 100 jobs.
-    The walks of the first order check raised one leader each and gave up after
-    64 of them, writing every stale site factor of the queue, the 50 jobs
-    behind the chain too (in order already: nothing needs them written)."""
+    that one is written: mending the last job of the chain raises the one
+    before it, which then needs the one before it raised, and so on, a walk
+    each. Within ``_MAX_PASSES`` walks only the chain is written (not the 30
+    jobs behind it, in order already); a chain that needs more walks gives the
+    check up, and every stale site factor of the queue is written."""
     from types import SimpleNamespace
 
     from slurmpolicy.policy.priority import _reorder
 
-    chain, behind = 100, 50
+    behind = 30
     jobs = [SimpleNamespace(job_id=i, submit_time=0.0) for i in range(chain + 1 + behind)]
     effective = {j.job_id: 10_000 - 10 * j.job_id for j in jobs}
     # Slurm's key is effective - new + cur: leader k holds the key of job k+1, less one.
@@ -158,7 +167,8 @@ def test_a_chain_of_drifted_leaders_is_raised_and_nothing_else_is_written() -> N
     cur.update({k: 0 for k in range(chain + 1, chain + 1 + behind)})  # far behind: in order
     chosen: set[int] = set()
     _reorder(jobs, new, cur, effective, 1, chosen)  # type: ignore[arg-type]
-    assert chosen == set(range(chain))
     want: set[int] = set()
     _reorder_every_pass_from_the_top(jobs, new, cur, effective, 1, want)
-    assert want == chosen
+    assert chosen == want
+    stale = {k for k in effective if new[k] != cur[k]}
+    assert chosen == (set(range(chain)) if written == "the chain" else stale)
