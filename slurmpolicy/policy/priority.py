@@ -275,15 +275,16 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
        (they come later in this walk). Against the jobs it leads at their
        policy keys, a job only has to beat the highest one, the first of them.
 
-    This is the least set of writes given step 1's: the fixpoint that the
-    order check reached before by walks of the whole queue, each raising one
-    leader per job, until one changed nothing (``_MAX_PASSES`` at most; then
-    every stale site factor is written, a queue that far out of line written
-    afresh, and so it still is: :func:`_walks` counts those walks over the
-    raised jobs alone when there are enough of them to need that many). The
-    same jobs are written; the walks are gone: on a deep queue whose site
-    factors all drifted since they were written (aging), they took dozens a
-    cycle, each over every waiting job (bench_plan.py's steady cycle).
+    This is the least set of writes given step 1's, and the fixpoint that
+    the order check reached before by walks of the whole queue, each raising
+    one leader per job out of order, until a walk changed nothing; each walk
+    after the first raises a job at least, so with fewer raises than
+    ``_MAX_PASSES`` - 1 those walks settle, on these writes, and the two walks
+    are all it takes: on a deep queue whose site factors drifted since they
+    were written (aging) the walks took dozens a cycle, each over every
+    waiting job. With more raises than that the walks are made as before
+    (:func:`_walk_until_settled`), since after ``_MAX_PASSES`` of them every
+    stale site factor is written instead, and only they tell when.
     """
     if order is None:
         order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
@@ -308,8 +309,10 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     skey = [k if not st or tk else (e - v + c, t, ni)
             for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
                                                  neg_ids, strict=True)]
-    # Step 1, down the order, with the weakest leader's key so far.
-    at_policy_before = [not st or tk for st, tk in zip(stale, taken, strict=True)]
+    # Step 1, down the order, with the weakest leader's key so far. Nothing
+    # is chosen until the end (the walks below may be needed instead).
+    key1 = list(skey)
+    at_policy_before = [k is nk for k, nk in zip(skey, new_key, strict=True)]
     own: list[int] = []
     lead = 0
     lowest = _NO_KEY
@@ -317,51 +320,53 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     for x in range(n):
         bar = eff[x] + threshold
         while lead < x and eff[lead] >= bar:
-            key = skey[lead]
+            key = key1[lead]
             if key < lowest:
                 lowest = key
             lead += 1
-        if lowest > skey[x]:
+        if lowest > key1[x]:
             continue
         if stale[x] and not taken[x]:
-            taken[x] = True
-            skey[x] = new_key[x]
-            chosen.add(ids[x])
+            key1[x] = new_key[x]
             own.append(x)
-            if lowest > skey[x]:
+            if lowest > key1[x]:
                 continue
         mend = True
-    if not mend:
-        return  # step 2 would raise no one
-    # Step 2, up the order. ``led_from[z]``: the first job that z leads (n:
-    # none); ``first_set[q]``: the first job at or after q that sits at its
-    # policy key (n: none), filled in as the walk goes up.
-    led_from = [n] * n
-    lead = 0
-    for x in range(n):
-        bar = eff[x] + threshold
-        while lead < x and eff[lead] >= bar:
-            led_from[lead] = x
-            lead += 1
-    first_set = [n] * (n + 1)
     raised: list[int] = []
-    for z in range(n - 1, -1, -1):
-        at_policy = not stale[z] or taken[z]
-        if not at_policy:
-            f = first_set[led_from[z]]
-            if f < n and not skey[z] > new_key[f]:
-                taken[z] = at_policy = True
-                chosen.add(ids[z])
-                raised.append(z)
-        first_set[z] = z if at_policy else first_set[z + 1]
-    # The walks of before raised one leader per job a walk, and wrote every
-    # stale site factor of the group once _MAX_PASSES walks had not settled it:
-    # a queue that far out of line is written afresh (largest change first,
-    # within the cycle's calls). Each walk after the first raises one job at
-    # least, so fewer raises than that settle within the limit.
-    if len(raised) >= _MAX_PASSES - 1 and _walks(
-            skey, new_key, led_from, raised, own, at_policy_before) >= _MAX_PASSES:
-        chosen.update(j.job_id for j in group if new[j.job_id] != cur[j.job_id])
+    led_from: list[int] = []
+    if mend:
+        # Step 2, up the order. ``led_from[z]``: the first job that z leads
+        # (n: none); ``first_set[q]``: the first job at or after q that sits
+        # at its policy key (n: none), filled in as the walk goes up.
+        led_from = [n] * n
+        lead = 0
+        for x in range(n):
+            bar = eff[x] + threshold
+            while lead < x and eff[lead] >= bar:
+                led_from[lead] = x
+                lead += 1
+        first_set = [n] * (n + 1)
+        for z in range(n - 1, -1, -1):
+            at_policy = key1[z] is new_key[z]
+            if not at_policy:
+                f = first_set[led_from[z]]
+                if f < n and not key1[z] > new_key[f]:
+                    at_policy = True
+                    raised.append(z)
+            first_set[z] = z if at_policy else first_set[z + 1]
+    # Each walk after the first raises a job at least: with fewer raises the
+    # walks settle within their limit, on these writes. Else count them: over
+    # the raised jobs alone where they are few (_walks), or by making them.
+    if (len(raised) < _MAX_PASSES - 1 or (
+            2 * len(raised) <= n
+            and _walks(key1, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES)):
+        chosen.update([ids[x] for x in own])
+        chosen.update([ids[z] for z in raised])
+        return
+    if 2 * len(raised) <= n:  # the walks give up: every stale site factor
+        chosen.update(i for i, st in zip(ids, stale, strict=True) if st)
+        return
+    _walk_until_settled(ids, eff, stale, taken, new_key, skey, threshold, chosen)
 
 
 def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[float, float, int]],
@@ -407,6 +412,66 @@ def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[flo
             left.remove(w)
             bisect.insort(raisers, w)
     return walks
+
+
+def _walk_until_settled(ids: list[int], eff: list[int], stale: list[bool], taken: list[bool],
+                        new_key: Sequence[tuple[float, float, int]],
+                        skey: list[tuple[float, float, int]], threshold: int,
+                        chosen: set[int]) -> None:
+    """The order check by walks of the whole queue: each mends an out-of-order
+    job by its own write (stale) or else by raising its weakest leader, until a
+    walk changes nothing; after ``_MAX_PASSES`` walks that all changed
+    something, every stale site factor of the group is written (a queue that
+    far out of line is written afresh). :func:`_reorder` comes here only when
+    its two walks raise so many leaders that these walks may not settle."""
+    n = len(ids)
+    # How many leading jobs must stay ahead of job x: those at least
+    # ``threshold`` above it (a prefix, since the order is by priority), never
+    # x itself or one after it.
+    must_lead: list[int] = []
+    lead = 0
+    for x, e in enumerate(eff):
+        bar = e + threshold
+        while lead < x and eff[lead] >= bar:
+            lead += 1
+        must_lead.append(lead)
+    # A walk changes no job before ``first`` (the lowest position it chose):
+    # the next walk would repeat the same steps up to there and choose
+    # nothing, so it starts there, with the weakest job that must stay ahead
+    # found among the (unchanged) jobs before it.
+    first = 0
+    for _ in range(_MAX_PASSES):
+        added = False
+        ahead = must_lead[first]
+        lowest: tuple[float, ...]
+        if ahead:
+            weakest = min(range(ahead), key=skey.__getitem__)  # the first lowest, as below
+            lowest = skey[weakest]
+        else:
+            lowest, weakest = _NO_KEY, -1  # the weakest job that must stay ahead (none yet)
+        changed_from = n
+        for x in range(first, n):
+            lead = must_lead[x]
+            while ahead < lead:
+                key = skey[ahead]
+                if key < lowest:
+                    lowest, weakest = key, ahead
+                ahead += 1
+            if lowest > skey[x]:
+                continue
+            # Out of order: move the one whose site factor is stale.
+            target = x if stale[x] and not taken[x] else weakest
+            if not taken[target] and stale[target]:
+                taken[target] = True
+                skey[target] = new_key[target]
+                chosen.add(ids[target])
+                added = True
+                if target < changed_from:
+                    changed_from = target
+        if not added:
+            return
+        first = changed_from
+    chosen.update(i for i, st in zip(ids, stale, strict=True) if st)
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult,

@@ -76,9 +76,9 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
     an out-of-order job by its own write (stale) or else by raising its weakest
     leader, until one changes nothing; after ``_MAX_PASSES`` walks that all
     changed something, every stale site factor is written. ``priority._reorder``
-    works the same out in two walks (and, only when they raise that many
-    leaders, the walks' count over the raised ones) and must choose exactly
-    the same jobs."""
+    works the same out in two walks (and makes these walks itself only when
+    its two raise so many leaders that they may not settle) and must choose
+    exactly the same jobs."""
     from slurmpolicy.policy.priority import _MAX_PASSES
 
     inf = (float("inf"),) * 3
@@ -144,31 +144,41 @@ def test_order_check_chooses_what_a_check_of_every_pass_from_the_top_chooses(
     assert got == want
 
 
-@pytest.mark.parametrize(("chain", "written"), [(62, "the chain"), (63, "the chain"),
-                                              (64, "every stale"), (100, "every stale")])
-def test_a_chain_of_drifted_leaders_is_raised_one_walk_each(chain: int, written: str) -> None:
+@pytest.mark.parametrize(("chains", "behind", "written"), [
+    ([62], 30, "the chains"), ([63], 30, "the chains"), ([64], 30, "every stale"),
+    ([100], 30, "every stale"),
+    # Many jobs behind: the walks are counted over the raised jobs alone.
+    ([64], 300, "every stale"), ([40, 40], 300, "the chains"), ([63, 2], 300, "the chains")])
+def test_chains_of_drifted_leaders_are_raised_one_walk_each(
+        chains: list[int], behind: int, written: str) -> None:
     """Each leader's stale site factor puts it just below the job it leads once
-    that one is written: mending the last job of the chain raises the one
-    before it, which then needs the one before it raised, and so on, a walk
-    each. Within ``_MAX_PASSES`` walks only the chain is written (not the 30
-    jobs behind it, in order already); a chain that needs more walks gives the
-    check up, and every stale site factor of the queue is written."""
+    that one is written: mending the last job of a chain raises the one before
+    it, which then needs the one before it raised, and so on, a walk each
+    (chains side by side are raised in the same walks). Within
+    ``_MAX_PASSES`` walks only the chains are written (not the jobs behind
+    them, in order already); chains that need more walks give the check up,
+    and every stale site factor of the queue is written."""
     from types import SimpleNamespace
 
     from slurmpolicy.policy.priority import _reorder
 
-    behind = 30
-    jobs = [SimpleNamespace(job_id=i, submit_time=0.0) for i in range(chain + 1 + behind)]
+    cur: dict[int, int] = {}
+    raised: set[int] = set()
+    for length in chains:
+        start = len(cur)
+        # Slurm's key is effective - new + cur: leader k holds the key of job k+1, less one.
+        cur.update({k: 1_000 - 11 for k in range(start, start + length)})
+        raised.update(range(start, start + length))
+        cur[start + length] = 1_000  # the last of the chain: at its policy key, out of order
+    first_behind = len(cur)
+    cur.update({k: 0 for k in range(first_behind, first_behind + behind)})  # in order
+    jobs = [SimpleNamespace(job_id=i, submit_time=0.0) for i in range(len(cur))]
     effective = {j.job_id: 10_000 - 10 * j.job_id for j in jobs}
-    # Slurm's key is effective - new + cur: leader k holds the key of job k+1, less one.
     new = dict.fromkeys(effective, 1_000)
-    cur = {k: 1_000 - 11 for k in range(chain)}
-    cur[chain] = 1_000  # the last of the chain: at its policy key, and out of order
-    cur.update({k: 0 for k in range(chain + 1, chain + 1 + behind)})  # far behind: in order
     chosen: set[int] = set()
     _reorder(jobs, new, cur, effective, 1, chosen)  # type: ignore[arg-type]
     want: set[int] = set()
     _reorder_every_pass_from_the_top(jobs, new, cur, effective, 1, want)
     assert chosen == want
     stale = {k for k in effective if new[k] != cur[k]}
-    assert chosen == (set(range(chain)) if written == "the chain" else stale)
+    assert chosen == (raised if written == "the chains" else stale)
