@@ -277,14 +277,15 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
 
     This is the least set of writes given step 1's, and the fixpoint that
     the order check reached before by walks of the whole queue, each raising
-    one leader per job out of order, until a walk changed nothing; each walk
-    after the first raises a job at least, so with fewer raises than
-    ``_MAX_PASSES`` - 1 those walks settle, on these writes, and the two walks
-    are all it takes: on a deep queue whose site factors drifted since they
-    were written (aging) the walks took dozens a cycle, each over every
-    waiting job. With more raises than that the walks are made as before
-    (:func:`_walk_until_settled`), since after ``_MAX_PASSES`` of them every
-    stale site factor is written instead, and only they tell when.
+    one leader per job out of order, until a walk changed nothing; after
+    ``_MAX_PASSES`` walks that had not settled it, every stale site factor
+    was written instead (a queue that far out of line written afresh), and
+    still is: each walk after the first raises a job at least, so with fewer
+    raises than ``_MAX_PASSES`` - 1 the walks settle, and with more
+    :func:`_walks` counts them over the raised jobs alone. The same jobs are
+    written; the walks are gone: on a deep queue whose site factors drifted
+    since they were written (aging) they took dozens a cycle, each over
+    every waiting job.
     """
     if order is None:
         order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
@@ -355,18 +356,14 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
                     raised.append(z)
             first_set[z] = z if at_policy else first_set[z + 1]
     # Each walk after the first raises a job at least: with fewer raises the
-    # walks settle within their limit, on these writes. Else count them: over
-    # the raised jobs alone where they are few (_walks), or by making them.
-    if (len(raised) < _MAX_PASSES - 1 or (
-            2 * len(raised) <= n
-            and _walks(key1, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES)):
+    # walks settle within their limit, on these writes. Else count them, over
+    # the raised jobs alone.
+    if len(raised) < _MAX_PASSES - 1 or _walks(
+            key1, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES:
         chosen.update([ids[x] for x in own])
         chosen.update([ids[z] for z in raised])
-        return
-    if 2 * len(raised) <= n:  # the walks give up: every stale site factor
+    else:  # the walks gave up: every stale site factor is written
         chosen.update(i for i, st in zip(ids, stale, strict=True) if st)
-        return
-    _walk_until_settled(ids, eff, stale, taken, new_key, skey, threshold, chosen)
 
 
 def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[float, float, int]],
@@ -389,89 +386,38 @@ def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[flo
     left = sorted(raised)  # still at their stale keys
     raisers = [x for x, set_ in enumerate(at_policy_before) if set_]
     walks = 0
+    bisect_left = bisect.bisect_left
     while walks < _MAX_PASSES:
         steps: list[int] = []
+        low = _NO_KEY
         for w in left:
-            if not steps or skey[w] < skey[steps[-1]]:
+            if skey[w] < low:
+                low = skey[w]
                 steps.append(w)
         up = []
-        for j, w in enumerate(steps):
-            i = bisect.bisect_left(raisers, led_from[w])
+        ends = [led_from[w] for w in steps[1:]]
+        if steps:
+            ends.append(n)
+        i = 0
+        for w, end in zip(steps, ends, strict=True):
+            # Steps go up the order, and so does the first job each leads.
+            i = bisect_left(raisers, led_from[w], i)
             if i == len(raisers):
-                continue
+                break
             x = raisers[i]
-            end = led_from[steps[j + 1]] if j + 1 < len(steps) else n
             if x < end and not skey[w] > new_key[x]:
                 up.append(w)
         if not up and (walks or not own):
             return walks
         walks += 1
-        if walks == 1 and own:  # written in the first walk, raisers from the next
-            raisers = sorted(raisers + own)
-        for w in up:
-            left.remove(w)
-            bisect.insort(raisers, w)
+        # Written in the first walk (own), or raised in this one: raisers from
+        # the next. Whole lists, not one insertion each: thousands a walk.
+        joining = up + own if walks == 1 else up
+        raisers = sorted(raisers + joining)
+        if up:
+            gone = set(up)
+            left = [w for w in left if w not in gone]
     return walks
-
-
-def _walk_until_settled(ids: list[int], eff: list[int], stale: list[bool], taken: list[bool],
-                        new_key: Sequence[tuple[float, float, int]],
-                        skey: list[tuple[float, float, int]], threshold: int,
-                        chosen: set[int]) -> None:
-    """The order check by walks of the whole queue: each mends an out-of-order
-    job by its own write (stale) or else by raising its weakest leader, until a
-    walk changes nothing; after ``_MAX_PASSES`` walks that all changed
-    something, every stale site factor of the group is written (a queue that
-    far out of line is written afresh). :func:`_reorder` comes here only when
-    its two walks raise so many leaders that these walks may not settle."""
-    n = len(ids)
-    # How many leading jobs must stay ahead of job x: those at least
-    # ``threshold`` above it (a prefix, since the order is by priority), never
-    # x itself or one after it.
-    must_lead: list[int] = []
-    lead = 0
-    for x, e in enumerate(eff):
-        bar = e + threshold
-        while lead < x and eff[lead] >= bar:
-            lead += 1
-        must_lead.append(lead)
-    # A walk changes no job before ``first`` (the lowest position it chose):
-    # the next walk would repeat the same steps up to there and choose
-    # nothing, so it starts there, with the weakest job that must stay ahead
-    # found among the (unchanged) jobs before it.
-    first = 0
-    for _ in range(_MAX_PASSES):
-        added = False
-        ahead = must_lead[first]
-        lowest: tuple[float, ...]
-        if ahead:
-            weakest = min(range(ahead), key=skey.__getitem__)  # the first lowest, as below
-            lowest = skey[weakest]
-        else:
-            lowest, weakest = _NO_KEY, -1  # the weakest job that must stay ahead (none yet)
-        changed_from = n
-        for x in range(first, n):
-            lead = must_lead[x]
-            while ahead < lead:
-                key = skey[ahead]
-                if key < lowest:
-                    lowest, weakest = key, ahead
-                ahead += 1
-            if lowest > skey[x]:
-                continue
-            # Out of order: move the one whose site factor is stale.
-            target = x if stale[x] and not taken[x] else weakest
-            if not taken[target] and stale[target]:
-                taken[target] = True
-                skey[target] = new_key[target]
-                chosen.add(ids[target])
-                added = True
-                if target < changed_from:
-                    changed_from = target
-        if not added:
-            return
-        first = changed_from
-    chosen.update(i for i, st in zip(ids, stale, strict=True) if st)
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult,

@@ -76,9 +76,9 @@ def _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, chos
     an out-of-order job by its own write (stale) or else by raising its weakest
     leader, until one changes nothing; after ``_MAX_PASSES`` walks that all
     changed something, every stale site factor is written. ``priority._reorder``
-    works the same out in two walks (and makes these walks itself only when
-    its two raise so many leaders that they may not settle) and must choose
-    exactly the same jobs."""
+    works the same out in two walks (and, where they raise so many leaders
+    that these walks may not settle, counts them over the raised jobs) and
+    must choose exactly the same jobs."""
     from slurmpolicy.policy.priority import _MAX_PASSES
 
     inf = (float("inf"),) * 3
@@ -147,7 +147,7 @@ def test_order_check_chooses_what_a_check_of_every_pass_from_the_top_chooses(
 @pytest.mark.parametrize(("chains", "behind", "written"), [
     ([62], 30, "the chains"), ([63], 30, "the chains"), ([64], 30, "every stale"),
     ([100], 30, "every stale"),
-    # Many jobs behind: the walks are counted over the raised jobs alone.
+    # Many jobs behind, chains side by side.
     ([64], 300, "every stale"), ([40, 40], 300, "the chains"), ([63, 2], 300, "the chains")])
 def test_chains_of_drifted_leaders_are_raised_one_walk_each(
         chains: list[int], behind: int, written: str) -> None:
