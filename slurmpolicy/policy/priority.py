@@ -311,8 +311,8 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
                                                  neg_ids, strict=True)]
     # Step 1, down the order, with the weakest leader's key so far. Nothing
-    # is chosen until the end (the walks below may be needed instead).
-    key1 = list(skey)
+    # is chosen until the end (where the old walks gave up, every stale site
+    # factor is chosen instead).
     at_policy_before = [k is nk for k, nk in zip(skey, new_key, strict=True)]
     own: list[int] = []
     lead = 0
@@ -321,16 +321,16 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     for x in range(n):
         bar = eff[x] + threshold
         while lead < x and eff[lead] >= bar:
-            key = key1[lead]
+            key = skey[lead]
             if key < lowest:
                 lowest = key
             lead += 1
-        if lowest > key1[x]:
+        if lowest > skey[x]:
             continue
         if stale[x] and not taken[x]:
-            key1[x] = new_key[x]
+            skey[x] = new_key[x]
             own.append(x)
-            if lowest > key1[x]:
+            if lowest > skey[x]:
                 continue
         mend = True
     raised: list[int] = []
@@ -348,10 +348,10 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
                 lead += 1
         first_set = [n] * (n + 1)
         for z in range(n - 1, -1, -1):
-            at_policy = key1[z] is new_key[z]
+            at_policy = skey[z] is new_key[z]
             if not at_policy:
                 f = first_set[led_from[z]]
-                if f < n and not key1[z] > new_key[f]:
+                if f < n and not skey[z] > new_key[f]:
                     at_policy = True
                     raised.append(z)
             first_set[z] = z if at_policy else first_set[z + 1]
@@ -359,7 +359,7 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     # walks settle within their limit, on these writes. Else count them, over
     # the raised jobs alone.
     if len(raised) < _MAX_PASSES - 1 or _walks(
-            key1, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES:
+            skey, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES:
         chosen.update([ids[x] for x in own])
         chosen.update([ids[z] for z in raised])
     else:  # the walks gave up: every stale site factor is written
