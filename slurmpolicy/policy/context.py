@@ -88,8 +88,9 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "gpu_type", "job", "job_class",
-                 "policy", "quota", "rank", "since", "site_base", "take_key")
+    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "gpu_type", "gpus", "job",
+                 "job_class", "policy", "quota", "rank", "since", "site_base", "slurm_base",
+                 "submit", "take_key")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -116,6 +117,11 @@ class JobInfo:
         #: Where its wait counts from (aging), and what its shape's "fragmented
         #: now?" answer depends on (priority.compute asks once per shape).
         self.since = job.eligible_time or job.submit_time
+        #: Slurm's priority less the site factor it holds (what the site factor adds
+        #: to), its submit time as Slurm's order reads it (ties), and its GPUs.
+        self.slurm_base = job.priority - job.site_factor
+        self.submit = job.submit_time or 0.0
+        self.gpus = job_gpus(job)
         self.frag_key = (job.admin_comment, job.partition, job.gpu_type, job.gpus,
                          job.gpus_per_node, job.node_count)
         #: The GPU type it asks for (its directive's, else Slurm's), None: any.
@@ -180,6 +186,7 @@ class PlanCache:
         info = self.jobs.get(job.job_id)
         if info is not None and info.job is job:
             info.job = new
+            info.slurm_base = priority - new.site_factor
         return new
 
     def bind(self, settings: Settings, jobs: int, nodes: int) -> None:
@@ -789,16 +796,23 @@ class Context:
         failed: set[tuple[Any, ...]] = set()
         later = bool(self.reserved_later)
         owners = self._later_owners
+        own_res = self.jobs_with_our_active_res
+        infos_get = self.infos.get
+        now = self.now
         for job in order:
-            gpn = job_gpus_per_node(job)
-            if gpn > 0 and gpn * max(1, job.node_count) > left and (
-                    self.gpu_type(job) is None and not self.has_own_active_reservation(job)):
+            info = infos_get(job.job_id)
+            if info is None or info.job is not job:
+                info = self.info(job)
+            take_key = info.take_key
+            gpn = take_key[2]  # job_gpus_per_node
+            own = bool(job.reservation) or job.job_id in own_res  # has_own_active_reservation
+            if gpn > 0 and gpn * take_key[3] > left and info.gpu_type is None and not own:
                 continue
-            if self.blocked_by_slurm(job):
+            # blocked_by_slurm
+            if info.blocked or (job.begin_time is not None and job.begin_time > now) or info.quota:
                 continue
             shape: tuple[Any, ...] | None = None
-            if not (self.has_own_active_reservation(job) or job.job_id in owners):
-                take_key = self.info(job).take_key
+            if not (own or job.job_id in owners):
                 # Reservations ahead take hosts by the job's time limit and user.
                 shape = (take_key, job.time_limit, job.user) if later else take_key
                 if shape in failed:

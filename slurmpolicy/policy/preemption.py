@@ -33,6 +33,7 @@ speaks is :mod:`slurmpolicy.protocol`'s (``Context.policy``).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
@@ -421,25 +422,28 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     if lowest_running is None:
         return []
     low = max(low, lowest_running)
-    candidates = []
-    rank_of: dict[int, int] = {}
-    for job in ctx.pending:
+    # The candidates by (class, effective priority, submit, id), highest first:
+    # a heap, as the loop below reads only the first few of thousands (it
+    # stops after preemption.max_searches_per_cycle searches).
+    candidates: list[tuple[int, int, float, int, int, Job]] = []
+    effective = prio.effective
+    beneficiaries = ctx.preemption_of_beneficiary
+    now = ctx.now
+    for seq, job in enumerate(ctx.pending):
         job_info = infos.get(job.job_id)
         if job_info is None or job_info.job is not job:
             job_info = info(job)
         rank = job_info.rank
-        if rank <= low or job_gpus(job) <= 0:
+        if rank <= low or job_info.gpus <= 0:
             continue
-        if job.job_id in ctx.preemption_of_beneficiary or ctx.blocked_by_slurm(job):
+        if job.job_id in beneficiaries or ctx.blocked_by_slurm(job):
             continue
         if job.reservation:
             continue  # it runs only inside the reservation it asked for
-        if job_info.policy.defer_window and job.begin_time and job.begin_time > ctx.now:
+        if job_info.policy.defer_window and job.begin_time and job.begin_time > now:
             continue
-        candidates.append(job)
-        rank_of[job.job_id] = rank
-    candidates.sort(key=lambda j: (-rank_of[j.job_id], -prio.effective[j.job_id],
-                                   j.submit_time or 0.0, j.job_id))
+        candidates.append((-rank, -effective[job.job_id], job_info.submit, job.job_id, seq, job))
+    heapq.heapify(candidates)
     allocated: dict[str, float] = dict(ctx.fairshare.allocated)
     for victim_id in ctx.victims_in_flight:
         victim = ctx.by_id.get(victim_id)
@@ -450,9 +454,10 @@ def start_preemptions(ctx: Context, prio: PriorityResult) -> list[Action]:
     actions: list[Action] = []
     started = 0
     tried = 0
-    for job in candidates:
+    while candidates:
         if started >= s.max_per_cycle or tried >= s.max_searches_per_cycle:
             break
+        job = heapq.heappop(candidates)[-1]
         if ctx.gets_free_gpus(job):
             continue  # Slurm starts it on free GPUs (which a lower job cannot have)
         tried += 1

@@ -17,12 +17,12 @@ import bisect
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from operator import ne
+from dataclasses import dataclass, field
+from operator import is_, ne
 
 from slurmpolicy.model import Job
 from slurmpolicy.policy.actions import SetSiteFactor, site_factors_within
-from slurmpolicy.policy.context import Context, job_gpus
+from slurmpolicy.policy.context import Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,9 @@ class PriorityResult:
     order: dict[str, list[Job]]
     #: Per partition, the highest job that is not held, dependent or deferred.
     heads: dict[str, int]
+    #: Per partition, ``order``'s Slurm sort keys under the new site factors
+    #: (-effective priority, submit time, job id: ascending is Slurm's order).
+    order_keys: dict[str, list[tuple[int, float, int]]] = field(default_factory=dict)
 
     def slurm_order(self) -> list[Job]:
         """Every pending job once, highest effective priority first (ties: the
@@ -115,22 +118,22 @@ class PriorityResult:
 
 def compute(ctx: Context) -> PriorityResult:
     """Site factor and effective priority of every pending job."""
-    site: dict[int, int] = {}
-    effective: dict[int, int] = {}
-    fragmented: dict[int, bool] = {}
-    blocked: dict[int, str] = {}
-    known_since = ctx.intents.fragmented_since
     since_of: dict[int, float] = {}
     with_bonus: set[int] = set()
     points = ctx.fairshare.points_by_account()
-    # factors(), unrolled: the same sums over the same values, once per pending job.
+    # factors(), unrolled: the same sums over the same values, once per pending
+    # job, into columns in ``ctx.pending``'s order (this runs every cycle over
+    # every waiting job; the dicts are built from the columns at the end).
     s = ctx.settings
     max_age = s.aging.max_age
     per_hour = s.aging.points_per_hour
     bonus_per_hour = s.aging.fragmentation_bonus_per_hour
+    bonus_on = bonus_per_hour > 0
     now = ctx.now
     info_of = ctx.info
-    infos = ctx.infos
+    infos_get = ctx.infos.get
+    known_since = ctx.intents.fragmented_since
+    known_get = known_since.get if known_since else None
     own_res = ctx.jobs_with_our_active_res
     # Thousands of pending jobs, a few dozen shapes: answer each shape once
     # (jobs with a reservation of their own are asked one by one).
@@ -140,39 +143,50 @@ def compute(ctx: Context) -> PriorityResult:
     # the bonus is on) and the starvation rule (jobs of large_job_gpus or
     # more). Without the bonus that is a few large jobs of thousands waiting.
     large = s.reservations.large_job_gpus
-    for job in ctx.pending:
+    pending = ctx.pending
+    ids: list[int] = []
+    values: list[int] = []
+    effs: list[int] = []
+    keys: list[tuple[int, float, int]] = []  # Slurm's sort key under the new values
+    why_of: list[tuple[int, str]] = []  # the blocked ones
+    frag_ids: list[int] = []  # the fragmented ones
+    for job in pending:
         job_id = job.job_id
-        info = infos.get(job_id)
+        info = infos_get(job_id)
         if info is None or info.job is not job:
             info = info_of(job)
         why = info.blocked
         if not why:
-            why = ("deferred" if job.begin_time is not None and job.begin_time > now
-                   else info.quota)
-        blocked[job_id] = why
-        first = known_since.get(job_id)
-        read = (first is None and bonus_per_hour > 0) or job_gpus(job) >= large
-        if why or not read:
-            frag = False  # blocked, or no rule reads it
-        elif job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
-            frag = ctx.fragmentation_blocked(job)
+            begin = job.begin_time
+            why = "deferred" if begin is not None and begin > now else info.quota
+            if why:
+                why_of.append((job_id, why))
         else:
-            key: tuple[object, ...] = info.frag_key
-            if later:
-                # Reservations ahead that its time limit runs into take hosts
-                # from it alone: part of the answer's key.
-                key = (key, ctx.reserved_later_for(job))
-            hit = frag_by_shape.get(key)
-            if hit is None:
-                hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
-            frag = hit
-        # Once seen blocked by fragmentation alone, a job earns the bonus from
-        # then on while it waits: a flag that followed each cycle's free GPUs
-        # would add and take back the bonus of thousands of jobs at once (a
-        # Slurm call each), and a bonus for every hour waited would jump by
-        # hours of points the cycle a job first counts as fragmented.
-        if first is None and frag and bonus_per_hour > 0:  # off: nothing to remember
-            first = now
+            why_of.append((job_id, why))
+        first = known_get(job_id) if known_get is not None else None
+        if not why and ((first is None and bonus_on) or info.gpus >= large):
+            if job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
+                frag = ctx.fragmentation_blocked(job)
+            else:
+                key: tuple[object, ...] = info.frag_key
+                if later:
+                    # Reservations ahead that its time limit runs into take hosts
+                    # from it alone: part of the answer's key.
+                    key = (key, ctx.reserved_later_for(job))
+                hit = frag_by_shape.get(key)
+                if hit is None:
+                    hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
+                frag = hit
+            if frag:
+                frag_ids.append(job_id)
+                # Once seen blocked by fragmentation alone, a job earns the bonus
+                # from then on while it waits: a flag that followed each cycle's
+                # free GPUs would add and take back the bonus of thousands of
+                # jobs at once (a Slurm call each), and a bonus for every hour
+                # waited would jump by hours of points the cycle a job first
+                # counts as fragmented.
+                if first is None and bonus_on:  # off: nothing to remember
+                    first = now
         extra = 0
         if first is not None:
             since_of[job_id] = first
@@ -187,19 +201,35 @@ def compute(ctx: Context) -> PriorityResult:
                  + extra)
         if value < 0:
             value = 0
-        site[job_id] = value
-        fragmented[job_id] = frag
+        ids.append(job_id)
+        values.append(value)
         # Slurm's priority already contains the site factor it holds now.
-        effective[job_id] = job.priority - job.site_factor + value
+        eff = info.slurm_base + value
+        effs.append(eff)
+        keys.append((-eff, info.submit, job_id))
+    site = dict(zip(ids, values, strict=True))
+    effective = dict(zip(ids, effs, strict=True))
+    blocked = dict.fromkeys(ids, "")
+    blocked.update(why_of)
+    fragmented = dict.fromkeys(ids, False)
+    fragmented.update(dict.fromkeys(frag_ids, True))
     order: dict[str, list[Job]] = {}
+    order_keys: dict[str, list[tuple[int, float, int]]] = {}
     heads: dict[str, int] = {}
+    n = len(pending)
     for part, jobs in ctx.pending_by_partition.items():
-        keys = [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in jobs]
-        order[part] = [jobs[i] for i in sorted(range(len(jobs)), key=keys.__getitem__)]
+        # Most often one partition: its list is ``pending`` (the same jobs in the
+        # same order), whose keys the loop made.
+        part_keys = (keys if len(jobs) == n and all(map(is_, jobs, pending)) else
+                     [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in jobs])
+        ranked = sorted(range(len(jobs)), key=part_keys.__getitem__)
+        order[part] = list(map(jobs.__getitem__, ranked))
+        order_keys[part] = list(map(part_keys.__getitem__, ranked))
         head = next((j for j in order[part] if not blocked[j.job_id]), None)
         if head is not None:
             heads[part] = head.job_id
-    return PriorityResult(site, effective, fragmented, since_of, with_bonus, order, heads)
+    return PriorityResult(site, effective, fragmented, since_of, with_bonus, order, heads,
+                          order_keys)
 
 
 def competing_groups(ctx: Context) -> list[list[Job]]:
@@ -241,22 +271,24 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
     return list(groups.values())
 
 
-#: Above every Slurm sort key: no job must stay ahead yet.
-_NO_KEY = (math.inf, math.inf, math.inf)
+#: Ahead of every Slurm sort key: no job must stay ahead yet.
+_NO_KEY = (-math.inf, -math.inf, -math.inf)
 #: Walks of the order check before every changed job of a group is written.
 _MAX_PASSES = 64
 
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
              effective: dict[int, int], threshold: int, chosen: set[int],
-             order: list[Job] | None = None) -> None:
+             order: list[Job] | None = None,
+             keys: list[tuple[int, float, int]] | None = None) -> None:
     """Add to ``chosen`` the jobs of ``group`` whose site factor must be written so
     that Slurm's order matches the policy's wherever the policy's priorities differ
     by at least ``threshold`` (closer ones count as ties: no write to swap them).
 
     Slurm ranks by its priority, which holds the site factor it has now (``cur``;
     ``new`` once chosen); ties go to the earlier submit, then the lower job id.
-    ``order``: the group sorted by the policy's order, when the caller has it.
+    ``order``: the group sorted by the policy's order, when the caller has it;
+    ``keys``: its Slurm sort keys at the policy's values, when it has them too.
 
     Job x must stay behind every job at least ``threshold`` above it (its
     leaders, a prefix of the order). A written job sits at its policy key,
@@ -288,49 +320,48 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     every waiting job.
     """
     if order is None:
-        order = sorted(group, key=lambda j: (-effective[j.job_id], j.submit_time or 0.0,
-                                             j.job_id))
-    # The jobs by position in ``order``: their policy priority, whether the
-    # site factor Slurm holds is stale, whether it is chosen already, and
-    # Slurm's sort key once written (``new_key``) and as it stands (``skey``:
-    # the site factor it holds now, or once chosen, the written one). Built
-    # column by column: this runs every cycle over every waiting job.
-    n = len(order)
+        keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in group)
+    elif keys is None:
+        keys = [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in order]
+    # The jobs by position in the order, as Slurm's sort keys (ascending is
+    # Slurm's order: -priority, submit time, job id): ``keys`` at the policy's
+    # values, and ``skey`` as Slurm holds it (the site factor it has now, or
+    # once chosen, the written one; a job at its policy value holds its
+    # ``keys`` entry itself, which the walks tell by identity). Built column by
+    # column: this runs every cycle over every waiting job.
+    n = len(keys)
     if n == 0:
         return
-    ids = [j.job_id for j in order]
-    eff = list(map(effective.__getitem__, ids))
+    ids = [k[2] for k in keys]
+    neg = [k[0] for k in keys]  # -effective priority
     vs = list(map(new.__getitem__, ids))
     cs = list(map(cur.__getitem__, ids))
-    ts = [-(j.submit_time or 0.0) for j in order]
-    neg_ids = [-i for i in ids]
     stale = list(map(ne, vs, cs))
-    taken = list(map(chosen.__contains__, ids))
-    new_key = list(zip(eff, ts, neg_ids, strict=True))
-    skey = [k if not st or tk else (e - v + c, t, ni)
-            for k, st, tk, e, v, c, t, ni in zip(new_key, stale, taken, eff, vs, cs, ts,
-                                                 neg_ids, strict=True)]
-    # Step 1, down the order, with the weakest leader's key so far. Nothing
-    # is chosen until the end (where the old walks gave up, every stale site
-    # factor is chosen instead).
-    at_policy_before = [k is nk for k, nk in zip(skey, new_key, strict=True)]
+    taken = list(map(chosen.__contains__, ids)) if chosen else [False] * n
+    skey = [k if not st or tk else (k[0] + v - c, k[1], k[2])
+            for k, st, tk, v, c in zip(keys, stale, taken, vs, cs, strict=True)]
+    # Step 1, down the order, with the weakest leader's key so far (the
+    # highest: a job behind it is behind them all). Nothing is chosen until
+    # the end (where the old walks gave up, every stale site factor is chosen
+    # instead).
+    at_policy_before = list(map(is_, skey, keys))
     own: list[int] = []
     lead = 0
-    lowest = _NO_KEY
+    weakest = _NO_KEY
     mend = False  # a job at its policy key is not behind all its leaders
     for x in range(n):
-        bar = eff[x] + threshold
-        while lead < x and eff[lead] >= bar:
+        bar = neg[x] - threshold
+        while lead < x and neg[lead] <= bar:
             key = skey[lead]
-            if key < lowest:
-                lowest = key
+            if key > weakest:
+                weakest = key
             lead += 1
-        if lowest > skey[x]:
+        if weakest < skey[x]:
             continue
         if stale[x] and not taken[x]:
-            skey[x] = new_key[x]
+            skey[x] = keys[x]
             own.append(x)
-            if lowest > skey[x]:
+            if weakest < skey[x]:
                 continue
         mend = True
     raised: list[int] = []
@@ -342,16 +373,16 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
         led_from = [n] * n
         lead = 0
         for x in range(n):
-            bar = eff[x] + threshold
-            while lead < x and eff[lead] >= bar:
+            bar = neg[x] - threshold
+            while lead < x and neg[lead] <= bar:
                 led_from[lead] = x
                 lead += 1
         first_set = [n] * (n + 1)
         for z in range(n - 1, -1, -1):
-            at_policy = skey[z] is new_key[z]
+            at_policy = skey[z] is keys[z]
             if not at_policy:
                 f = first_set[led_from[z]]
-                if f < n and not skey[z] > new_key[f]:
+                if f < n and not skey[z] < keys[f]:
                     at_policy = True
                     raised.append(z)
             first_set[z] = z if at_policy else first_set[z + 1]
@@ -359,7 +390,7 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     # walks settle within their limit, on these writes. Else count them, over
     # the raised jobs alone.
     if len(raised) < _MAX_PASSES - 1 or _walks(
-            skey, new_key, led_from, raised, own, at_policy_before) < _MAX_PASSES:
+            skey, keys, led_from, raised, own, at_policy_before) < _MAX_PASSES:
         chosen.update([ids[x] for x in own])
         chosen.update([ids[z] for z in raised])
     else:  # the walks gave up: every stale site factor is written
@@ -389,10 +420,10 @@ def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[flo
     bisect_left = bisect.bisect_left
     while walks < _MAX_PASSES:
         steps: list[int] = []
-        low = _NO_KEY
+        weakest = _NO_KEY
         for w in left:
-            if skey[w] < low:
-                low = skey[w]
+            if skey[w] > weakest:
+                weakest = skey[w]
                 steps.append(w)
         up = []
         ends = [led_from[w] for w in steps[1:]]
@@ -405,7 +436,7 @@ def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[flo
             if i == len(raisers):
                 break
             x = raisers[i]
-            if x < end and not skey[w] > new_key[x]:
+            if x < end and not skey[w] < new_key[x]:
                 up.append(w)
         if not up and (walks or not own):
             return walks
@@ -450,10 +481,11 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
         if len(group) > 1:
             # One group of every pending job in one partition: that partition's
             # order is the group's (the same key, unique per job).
-            order = (next(iter(result.order.values()))
-                     if len(groups) == 1 and len(result.order) == 1
-                     and len(group) == len(ctx.pending) else None)
-            _reorder(group, new, cur, result.effective, threshold, chosen, order)
+            whole = (len(groups) == 1 and len(result.order) == 1
+                     and len(group) == len(ctx.pending))
+            order = next(iter(result.order.values())) if whole else None
+            keys = next(iter(result.order_keys.values()), None) if whole else None
+            _reorder(group, new, cur, result.effective, threshold, chosen, order, keys)
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
     writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
