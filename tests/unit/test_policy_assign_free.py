@@ -66,3 +66,17 @@ def test_a_shape_that_found_no_room_is_not_asked_again() -> None:
     ctx.assign_free(priority.compute(ctx).slurm_order())
     assert ctx.starts_on_free == {13}
     assert asked == [10, 13]  # 11 and 12 are 10's shape: not asked again
+
+
+def test_jobs_slurm_holds_back_take_no_free_gpus() -> None:
+    # One host free. The four highest jobs may not start whatever is free:
+    # held, waiting on a dependency, over a QOS limit, or with a begin time
+    # ahead; the free GPUs are the fifth's.
+    b = ClusterBuilder(hosts=2, gpus=8)
+    b.run(1, hosts=[1])
+    b.pend(10, priority=5000, reason="JobHeldUser")
+    b.pend(11, priority=4000, reason="Dependency", dependency="afterok:1")
+    b.pend(12, priority=3000, reason="QOSMaxGRESPerUser")
+    b.pend(13, priority=2000, begin_time=b.now + 3600)
+    b.pend(14, priority=1000)
+    assert _starts(b) == {14}

@@ -53,6 +53,21 @@ def test_production_job_preempts_lower_class_in_one_leaf():
     assert "(research, r, checkpoints, loses 8.7 GPU-h)" in start.reason
 
 
+@pytest.mark.parametrize("per_cycle, want", [(1, [2]), (2, [2, 1]), (3, [2, 1, 3])])
+def test_the_highest_class_then_the_highest_priority_preempts_first(per_cycle, want):
+    """preemption.max_per_cycle: the candidates go by class, then effective
+    priority (whatever Slurm's own priority says of a lower class)."""
+    b = ClusterBuilder(hosts=4)
+    full(b, admin=d("experimental", "USR1"))
+    b.pend(1, "p", admin_comment=PROD)
+    b.pend(2, "p", admin_comment=PROD, waited=7200.0)  # aged: above job 1
+    b.pend(3, "q", admin_comment=d("research", "USR1"), priority=10**6)
+    b.pend(4, "q", admin_comment=d("experimental", "USR1"))  # the victims' class
+    s = from_mapping({"preemption": {"max_per_cycle": per_cycle}})
+    got = [a.beneficiary for a in starts(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))]
+    assert got == want
+
+
 def test_same_class_is_never_a_victim():
     b = ClusterBuilder(hosts=4)
     full(b)

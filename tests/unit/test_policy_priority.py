@@ -198,6 +198,28 @@ def test_jobs_of_disjoint_partitions_do_not_compete():
     assert not site_factors(plan(b.snapshot(), b.fabric(), Settings(), apart, b.now))
 
 
+def test_each_partition_is_ordered_by_its_own_jobs_priorities():
+    """Several partitions: each list, its head and the order check's Slurm keys
+    are its own jobs' (the one-partition case reads the whole queue's keys)."""
+    from slurmpolicy.policy import priority
+    from slurmpolicy.policy.context import Context
+
+    b = ClusterBuilder(hosts=4, partitions={"p1": [1, 2], "p2": [3, 4]})
+    b.pend(1, "a", admin_comment=d("production"), partition="p1")
+    b.pend(2, "a", admin_comment=d("research"), partition="p1")
+    b.pend(3, "a", admin_comment=d("experimental"), partition="p2")
+    b.pend(4, "a", admin_comment=d("research"), partition="p2")
+    b.pend(5, "a", admin_comment=d("production"), partition="p2")
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    result = priority.compute(ctx)
+    assert [j.job_id for j in result.order["p1"]] == [1, 2]
+    assert [j.job_id for j in result.order["p2"]] == [5, 4, 3]
+    assert result.heads == {"p1": 1, "p2": 5}
+    for part, jobs in result.order.items():
+        assert result.order_keys[part] == [
+            (-result.effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in jobs]
+
+
 def test_updates_capped_per_cycle_largest_first_deterministic():
     s = settings(priority={"max_updates_per_cycle": 3})
     b = ClusterBuilder(hosts=2)
