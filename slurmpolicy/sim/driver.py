@@ -112,6 +112,8 @@ class PolicyDriver:
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
+        #: The last snapshot's running jobs, by id.
+        self._running_records: list[Job] = []
         #: Per running job, the sim time before which its record stays as the
         #: last snapshot built it when the simulator does not touch the job:
         #: just before its next periodic checkpoint ack (:meth:`_ack_due_at`).
@@ -196,7 +198,7 @@ class PolicyDriver:
         t0 = process_time()
         snapshot = self.snapshot(now)
         self.snapshot_cpu += process_time() - t0
-        running = [j for j in snapshot.jobs if j.is_running]
+        running = self._running_records  # the snapshot's running jobs, by id
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
         intents = replace(self.intents, usage=usage, usage_at=now)
@@ -452,6 +454,8 @@ class PolicyDriver:
                         else self._job(j, ack))
             due[job_id] = self._ack_due_at(j)
         touched.clear()
+        # The running jobs' records, for fair share's usage (in the snapshot's order).
+        self._running_records = sorted(jobs[len(pending):], key=_job_id)
         jobs.sort(key=_job_id)
         if len(self._jobs) > 2 * len(jobs) + 1000:
             alive = {x.job_id for x in jobs}
