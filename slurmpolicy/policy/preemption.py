@@ -226,6 +226,10 @@ def _choose(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     return result
 
 
+#: victim_answers' "not asked yet" (None there means "may be preempted").
+_UNASKED = "(not asked)"
+
+
 def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
                       refusals: dict[str, list[str]] | None) -> dict[int, Job]:
     """Running jobs on ``hosts`` that a job of ``rank`` may preempt, by id, in host
@@ -236,13 +240,16 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
     guaranteed = ctx.fairshare.guaranteed_gpus
     answers = ctx.victim_answers
     running_by_host = ctx.running_by_host
+    empty = ()
     for h in hosts:
-        for victim in running_by_host.get(h, ()):
+        for victim in running_by_host.get(h, empty):
             job_id = victim.job_id
             if job_id in eligible or job_id in taken:
                 continue
             key = (job_id, rank)
-            why = answers[key] if key in answers else why_not_victim(ctx, victim, rank)
+            why = answers.get(key, _UNASKED)
+            if why is _UNASKED:
+                why = why_not_victim(ctx, victim, rank)
             if why is None and (allocated.get(victim.account, 0) - job_gpus(victim)
                                 < guaranteed(victim.account) - 1e-9):
                 if refusals is None:
