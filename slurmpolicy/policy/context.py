@@ -77,6 +77,8 @@ _read_others = attrgetter(*_OTHER_FIELDS)
 _other_slots = tuple(Job.__dict__[f] for f in _OTHER_FIELDS)
 _set_slot = MemberDescriptorType.__set__
 _start_time = attrgetter("start_time")
+_job_id = attrgetter("job_id")
+_partition = attrgetter("partition")
 _set_priority = Job.__dict__["priority"].__set__
 
 
@@ -353,11 +355,22 @@ class Context:
         pending_by_partition, running_by_host = self.pending_by_partition, self.running_by_host
         parts_of = cache.partitions
         PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
-        for job in snapshot.jobs:
-            by_id[job.job_id] = job
-            state = job.state
-            if state is PENDING:
-                pending.append(job)
+        jobs = snapshot.jobs
+        by_id.update(zip(map(_job_id, jobs), jobs, strict=True))
+        pending.extend([job for job in jobs if job.state is PENDING])
+        running.extend([job for job in jobs if job.state is RUNNING])
+        texts = set(map(_partition, pending))
+        if len(texts) == 1:
+            # Every waiting job asks for the same partitions (most clusters'
+            # GPU queues): each of them lists them all, in the snapshot's order.
+            (text,) = texts
+            parts = parts_of.get(text)
+            if parts is None:
+                parts = parts_of[text] = self.partitions_of(pending[0])
+            for part in parts:
+                pending_by_partition.setdefault(part, []).extend(pending)
+        else:
+            for job in pending:
                 parts = parts_of.get(job.partition)
                 if parts is None:
                     parts = parts_of[job.partition] = self.partitions_of(job)
@@ -367,14 +380,13 @@ class Context:
                         pending_by_partition[part] = [job]
                     else:
                         hit.append(job)
-            elif state is RUNNING:
-                running.append(job)
-                for host in job.nodes:
-                    hit = running_by_host.get(host)
-                    if hit is None:
-                        running_by_host[host] = [job]
-                    else:
-                        hit.append(job)
+        for job in running:
+            for host in job.nodes:
+                hit = running_by_host.get(host)
+                if hit is None:
+                    running_by_host[host] = [job]
+                else:
+                    hit.append(job)
         self.nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
         # Per node: (GPUs, allocated, whole GPUs free), kept across plans per Node record.
         counts: dict[str, tuple[int, int, int]] = {}
