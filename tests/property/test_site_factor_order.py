@@ -182,3 +182,86 @@ def test_chains_of_drifted_leaders_are_raised_one_walk_each(
     assert chosen == want
     stale = {k for k in effective if new[k] != cur[k]}
     assert chosen == (raised if written == "the chains" else stale)
+
+
+@pytest.mark.parametrize("held", ["each just ahead of the one before",
+                                  "each just behind the one before"])
+@pytest.mark.parametrize(("length", "written"), [
+    (62, "the leaders"), (63, "the leaders"), (64, "every stale"), (100, "every stale")])
+def test_leaders_within_the_threshold_come_up_one_walk_each(
+        length: int, written: str, held: str) -> None:
+    """Leaders within the threshold of one another (none leads another) all
+    lead one job at its policy key, which Slurm holds ahead of them all: each
+    must be raised. Held each just ahead of the one before, only the weakest
+    is the first walk's to raise, and each walk after finds the next once the
+    one before it is gone (the staircase forms again where a job went up);
+    held each just behind the one before, every one is a step of the
+    staircase, and only the last leads a job at its policy key within its
+    span, which reaches further as each step after it goes up. Either way,
+    ``length`` walks, under the limit or not."""
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.priority import _reorder
+
+    threshold, new_value = 200, 200_000
+    sign = 1 if held.startswith("each just ahead") else -1
+    effective = {k: 100_000 - k for k in range(length)}
+    # Slurm's priority is effective - new + cur: leader k at 1,000 + k (or - k).
+    cur = {k: 1_000 + sign * k - effective[k] + new_value for k in range(length)}
+    anchor = length
+    effective[anchor] = 100_000 - length - threshold  # led by every leader
+    cur[anchor] = new_value
+    for k in range(anchor + 1, anchor + 31):  # behind them all in Slurm, in order, stale
+        effective[k] = effective[anchor] - 10 * (k - anchor)
+        cur[k] = 500 - k - effective[k] + new_value
+    jobs = [SimpleNamespace(job_id=k, submit_time=0.0) for k in effective]
+    new = dict.fromkeys(effective, new_value)
+    chosen: set[int] = set()
+    _reorder(jobs, new, cur, effective, threshold, chosen)  # type: ignore[arg-type]
+    want: set[int] = set()
+    _reorder_every_pass_from_the_top(jobs, new, cur, effective, threshold, want)
+    assert chosen == want
+    stale = {k for k in effective if new[k] != cur[k]}
+    assert chosen == (set(range(length)) if written == "the leaders" else stale)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deep_queues_of_drifted_chains_match_the_walks(seed: int) -> None:
+    """Queues of a few hundred jobs made of chains of drifted leaders (some
+    held just behind the job they lead, some anywhere below it), each ending
+    at a job at its policy key, with jobs behind: many raise 63 jobs or more,
+    where the walks are counted, and some give up. Each must equal the walks
+    themselves (seeded, so that a failure is replayed as it was)."""
+    import random
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.priority import _reorder
+
+    rng = random.Random(seed)
+    for _ in range(40):
+        threshold = rng.choice([1, 1, 3])
+        value, cur, effective = 50_000, {}, {}
+        e, k = 1_000_000, 0
+        for _chain in range(rng.randint(1, 6)):
+            length = rng.choice([rng.randint(1, 20), rng.randint(40, 80), rng.randint(55, 130)])
+            gap = rng.randint(2, 12)
+            tight = rng.choice([1.0, 0.9, 0.7, 0.5])
+            for _ in range(length):
+                effective[k], e = e, e - gap
+                # Just below the next one's key once it is written, or anywhere below.
+                cur[k] = value - (gap + rng.randint(1, 3) if rng.random() < tight
+                                  else rng.randint(1, 4 * gap))
+                k += 1
+            effective[k], cur[k], e, k = e, value, e - gap, k + 1  # at its policy key
+            for _ in range(rng.randint(0, 40)):  # behind: some in order, some not
+                effective[k] = e
+                cur[k] = value - rng.choice([0, rng.randint(0, 3 * gap), rng.randint(0, 3_000)])
+                e, k = e - rng.randint(0, 2 * gap), k + 1
+        jobs = [SimpleNamespace(job_id=j, submit_time=float(rng.randint(0, 2))) for j in range(k)]
+        new = dict.fromkeys(effective, value)
+        pre = {j for j in effective if rng.random() < 0.01}
+        order = sorted(jobs, key=lambda j: (-effective[j.job_id], j.submit_time, j.job_id))
+        want, got = set(pre), set(pre)
+        _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, want)
+        _reorder(jobs, new, cur, effective, threshold, got)  # type: ignore[arg-type]
+        assert got == want
