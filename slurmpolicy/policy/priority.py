@@ -18,7 +18,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import is_, ne
+from operator import attrgetter, is_, ne
 
 from slurmpolicy.model import Job
 from slurmpolicy.policy.actions import SetSiteFactor, site_factors_within
@@ -271,6 +271,8 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
     return list(groups.values())
 
 
+_job_id = attrgetter("job_id")
+_site_factor = attrgetter("site_factor")
 #: Ahead of every Slurm sort key: no job must stay ahead yet.
 _NO_KEY = (-math.inf, -math.inf, -math.inf)
 #: Walks of the order check before every changed job of a group is written.
@@ -473,9 +475,11 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     threshold = max(1, ctx.settings.priority.change_threshold)
     known = ctx.intents.site_factors
     new = result.site_factor
-    cur = {j.job_id: known.get(j.job_id, j.site_factor) for j in ctx.pending}
-    chosen = {j.job_id for j in ctx.pending
-              if j.job_id not in known and abs(new[j.job_id] - cur[j.job_id]) >= threshold}
+    ids = list(map(_job_id, ctx.pending))
+    # What Slurm holds: the value the daemon wrote, else the record's.
+    cur = dict(zip(ids, map(known.get, ids, map(_site_factor, ctx.pending)), strict=True))
+    chosen = {job_id for job_id in ids
+              if job_id not in known and abs(new[job_id] - cur[job_id]) >= threshold}
     groups = competing_groups(ctx)
     for group in groups:
         if len(group) > 1:
