@@ -134,6 +134,14 @@ class JobInfo:
                          max(1, job.node_count), policy.topology, policy.topology_strict)
 
 
+    def blocked_at(self, now: float) -> str:
+        """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``."""
+        if self.blocked:
+            return self.blocked
+        begin = self.job.begin_time
+        return "deferred" if begin is not None and begin > now else self.quota
+
+
 def _planned_end(start: float, runtime: float | None, limit: float | None) -> float:
     """The end of a job started at ``start``: its expected runtime, else its limit."""
     if runtime is not None and (limit is None or runtime < limit):
@@ -820,8 +828,7 @@ class Context:
             own = bool(job.reservation) or job.job_id in own_res  # has_own_active_reservation
             if gpn > 0 and gpn * take_key[3] > left and info.gpu_type is None and not own:
                 continue
-            # blocked_by_slurm
-            if info.blocked or (job.begin_time is not None and job.begin_time > now) or info.quota:
+            if info.blocked_at(now):  # blocked_by_slurm
                 continue
             shape: tuple[Any, ...] | None = None
             if not (own or job.job_id in owners):
@@ -1001,11 +1008,7 @@ class Context:
         info = self.infos.get(job.job_id)
         if info is None or info.job is not job:
             info = self.info(job)
-        if info.blocked:
-            return info.blocked
-        if job.begin_time is not None and job.begin_time > self.now:
-            return "deferred"
-        return info.quota
+        return info.blocked_at(self.now)
 
     # --- data locality ----------------------------------------------------------
     def data_hosts(self, name: str) -> frozenset[str]:

@@ -240,9 +240,8 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
     guaranteed = ctx.fairshare.guaranteed_gpus
     answers = ctx.victim_answers
     running_by_host = ctx.running_by_host
-    empty = ()
     for h in hosts:
-        for victim in running_by_host.get(h, empty):
+        for victim in running_by_host.get(h, ()):
             job_id = victim.job_id
             if job_id in eligible or job_id in taken:
                 continue

@@ -155,13 +155,8 @@ def compute(ctx: Context) -> PriorityResult:
         info = infos_get(job_id)
         if info is None or info.job is not job:
             info = info_of(job)
-        why = info.blocked
-        if not why:
-            begin = job.begin_time
-            why = "deferred" if begin is not None and begin > now else info.quota
-            if why:
-                why_of.append((job_id, why))
-        else:
+        why = info.blocked_at(now)
+        if why:
             why_of.append((job_id, why))
         first = known_get(job_id) if known_get is not None else None
         if not why and ((first is None and bonus_on) or info.gpus >= large):
@@ -281,7 +276,6 @@ _MAX_PASSES = 64
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
              effective: dict[int, int], threshold: int, chosen: set[int],
-             order: list[Job] | None = None,
              keys: list[tuple[int, float, int]] | None = None) -> None:
     """Add to ``chosen`` the jobs of ``group`` whose site factor must be written so
     that Slurm's order matches the policy's wherever the policy's priorities differ
@@ -289,8 +283,8 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
 
     Slurm ranks by its priority, which holds the site factor it has now (``cur``;
     ``new`` once chosen); ties go to the earlier submit, then the lower job id.
-    ``order``: the group sorted by the policy's order, when the caller has it;
-    ``keys``: its Slurm sort keys at the policy's values, when it has them too.
+    ``keys``: the group's Slurm sort keys at the policy's values, sorted (the
+    policy's order), when the caller has them.
 
     Job x must stay behind every job at least ``threshold`` above it (its
     leaders, a prefix of the order). A written job sits at its policy key,
@@ -321,10 +315,8 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     since they were written (aging) they took dozens a cycle, each over
     every waiting job.
     """
-    if order is None:
+    if keys is None:
         keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in group)
-    elif keys is None:
-        keys = [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in order]
     # The jobs by position in the order, as Slurm's sort keys (ascending is
     # Slurm's order: -priority, submit time, job id): ``keys`` at the policy's
     # values, and ``skey`` as Slurm holds it (the site factor it has now, or
@@ -487,9 +479,8 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
             # order is the group's (the same key, unique per job).
             whole = (len(groups) == 1 and len(result.order) == 1
                      and len(group) == len(ctx.pending))
-            order = next(iter(result.order.values())) if whole else None
-            keys = next(iter(result.order_keys.values()), None) if whole else None
-            _reorder(group, new, cur, result.effective, threshold, chosen, order, keys)
+            keys = next(iter(result.order_keys.values())) if whole else None
+            _reorder(group, new, cur, result.effective, threshold, chosen, keys)
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
     writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
