@@ -154,7 +154,9 @@ def _planned_end(start: float, runtime: float | None, limit: float | None) -> fl
 class PlanCache:
     """What one ``plan()`` may hand the next: values derived from immutable
     records alone, so that a caller planning again and again over mostly the
-    same jobs (the daemon's loop, the simulator) does not derive them anew.
+    same records (the simulator) does not derive them anew. The daemon passes
+    none: it reads every record afresh each cycle, so no identity holds, and
+    deriving its 32,000 jobs' JobInfo anew is some 5% of a plan.
 
     Every entry is keyed by what it derives from: a job's directives and class
     by the Job record itself (held, compared by identity: a changed job is a

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from slurmpolicy import gcpause
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy import deferral, preemption, priority, reservations
 from slurmpolicy.policy.actions import (
@@ -63,7 +64,19 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     to the next (see :class:`PlanCache`); the Plan is the same without it.
     ``clock`` (optional): read at the end of each step (:data:`STEPS`), for
     ``Plan.timings``; it changes no decision.
+
+    The cyclic garbage collector is paused while it runs (:mod:`slurmpolicy.gcpause`):
+    a plan over a deep queue makes hundreds of thousands of short-lived
+    containers, and at CPython's thresholds their count set off full passes
+    over everything the caller holds, a third of a daemon's plan at 30,000
+    waiting jobs.
     """
+    with gcpause.paused():
+        return _plan(snapshot, fabric, settings, intents, now, cache, clock)
+
+
+def _plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
+          now: float, cache: PlanCache | None, clock: Callable[[], float] | None) -> Plan:
     tick = clock if clock is not None else _untimed
     marks = [tick()]
     ctx = Context(snapshot, fabric, settings, intents, now, cache)

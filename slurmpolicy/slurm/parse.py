@@ -25,11 +25,9 @@ Unknown fields are ignored; a missing required field raises
 from __future__ import annotations
 
 import functools
-import gc
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -37,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from slurmpolicy import gcpause
 from slurmpolicy.errors import SlurmError, SlurmParseError
 from slurmpolicy.hostlist import HostlistError, expand
 from slurmpolicy.model import (
@@ -628,22 +627,6 @@ def _excluded(r: JobRecord) -> tuple[str, ...]:
         return ()
 
 
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic collector while 20,000 records are built.
-
-    Every new Job is a container the collector tracks, so building a listing
-    triggers dozens of full passes over objects that hold no cycles.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _JOB_SETTERS = tuple((name, Job.__dict__[name].__set__) for name in _JOB_FIELDS)
 _new = object.__new__
@@ -670,7 +653,7 @@ def decode_jobs(raw: bytes, site_factors: Mapping[int, int] = MappingProxyType({
                 now: float | None = None) -> tuple[list[Job], str, str, float | None]:
     """``squeue --json`` -> (jobs, Slurm release, cluster name, last_update)."""
     doc: JobsDoc = decode(raw, JobsDoc, "squeue --json")
-    with _no_cyclic_gc():
+    with gcpause.paused():
         jobs = [job_from_record(r, site_factors, now) for r in doc.jobs]
     cluster = doc.meta.cluster or next((r.cluster for r in doc.jobs if r.cluster), "")
     return jobs, doc.meta.release, cluster, epoch(doc.last_update)

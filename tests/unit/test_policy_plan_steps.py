@@ -1,6 +1,10 @@
-"""plan() times its steps with the caller's clock (Plan.timings), outside the decision."""
+"""plan() times its steps with the caller's clock (Plan.timings), outside the decision,
+and runs with the cyclic garbage collector paused."""
 
+import gc
 from time import process_time
+
+import pytest
 
 from slurmpolicy.policy import plan
 from slurmpolicy.policy.actions import Intents, Plan
@@ -29,3 +33,42 @@ def test_a_plan_times_each_of_its_steps_in_the_order_they_run() -> None:
     assert again.timings == {}
     assert again == got
     assert Plan(timings={"context": 1.0}) == Plan()
+
+
+def _cluster() -> ClusterBuilder:
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], ran=600.0, admin_comment=d("research", "USR1"))
+    b.pend(1, "p", admin_comment=d("production", "USR1"))
+    return b
+
+
+def test_a_plan_runs_with_the_cyclic_collector_paused_and_restores_it() -> None:
+    b = _cluster()
+    seen: list[bool] = []
+
+    def clock() -> float:
+        seen.append(gc.isenabled())
+        return 0.0
+
+    assert gc.isenabled()
+    plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now, clock=clock)
+    assert len(seen) == len(STEPS) + 1 and not any(seen)
+    assert gc.isenabled()
+    # A caller that paused it already finds it paused after.
+    gc.disable()
+    try:
+        plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_plan_that_fails_leaves_the_collector_on() -> None:
+    b = _cluster()
+
+    def clock() -> float:
+        raise RuntimeError("clock broke")
+
+    with pytest.raises(RuntimeError, match="clock broke"):
+        plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now, clock=clock)
+    assert gc.isenabled()
