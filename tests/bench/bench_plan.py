@@ -222,6 +222,50 @@ def main(sizes: list[tuple[int, int]], json_out: bool = False) -> None:
               f"(n log n would be x{nlogn:.2f})")
 
 
+def reread(snap: Snapshot, bump: int) -> Snapshot:
+    """The same cluster as the daemon's next read gives it: every record new
+    (nothing held from the last plan is the same object), Slurm's priority
+    moved by ``bump``."""
+    import dataclasses
+
+    return dataclasses.replace(
+        snap, jobs=tuple(dataclasses.replace(j, priority=j.priority + bump) for j in snap.jobs),
+        nodes=tuple(dataclasses.replace(n) for n in snap.nodes))
+
+
+def daemon_cycles(sizes: list[tuple[int, int]], plans: int) -> None:
+    """What a daemon's plans cost, cycle after cycle: the median CPU of ``plans``
+    plans, each over a fresh read of the records, with CPython's collector at
+    its default thresholds (best-of-3 above mostly misses its full passes),
+    as shipped and with ``plan()``'s pause of the collector undone
+    (:mod:`slurmpolicy.gcpause`), alternating."""
+    import contextlib
+    import statistics
+
+    from slurmpolicy import gcpause
+
+    shipped = gcpause.paused
+    for nodes, pending in sizes:
+        snap, fab, settings, intents = build(nodes, pending)
+        aged, aged_intents = steady(snap, fab, settings, intents)
+        for name, (s, i) in (("first", (snap, intents)), ("steady", (aged, aged_intents))):
+            cpu: dict[str, list[float]] = {"paused": [], "not paused": []}
+            for k in range(plans):
+                for kind in cpu:
+                    gcpause.paused = shipped if kind == "paused" else contextlib.nullcontext  # type: ignore[assignment]
+                    fresh = reread(s, k + 1)
+                    c0 = time.process_time()
+                    plan(fresh, fab, settings, i, NOW)
+                    cpu[kind].append(time.process_time() - c0)
+                    del fresh
+            gcpause.paused = shipped
+            print(f"{nodes:>6} nodes, {pending:>6} pending, {name} cycle: median of {plans} "
+                  f"re-read plans {statistics.median(cpu['paused']) * 1000:.0f} ms CPU "
+                  f"(max {max(cpu['paused']) * 1000:.0f}); with the collector not paused "
+                  f"{statistics.median(cpu['not paused']) * 1000:.0f} ms "
+                  f"(max {max(cpu['not paused']) * 1000:.0f})")
+
+
 def test_bench_plan() -> None:  # pragma: no cover - run with -s to see the figures
     main(list(SIZES))
 
@@ -237,5 +281,12 @@ if __name__ == "__main__":
                         metavar="NODES:PENDING")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON list of the figures instead of the text")
+    parser.add_argument("--daemon-cycles", type=int, metavar="N", default=0,
+                        help="instead: the median CPU of N plans over fresh reads of the "
+                             "records (a daemon's cycles), with plan()'s pause of the "
+                             "garbage collector and without it")
     args = parser.parse_args()
-    main(args.sizes, args.json)
+    if args.daemon_cycles:
+        daemon_cycles(args.sizes, args.daemon_cycles)
+    else:
+        main(args.sizes, args.json)
