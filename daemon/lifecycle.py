@@ -273,7 +273,11 @@ class Lifecycle:
             row["end_state"] = job.state.value
             row["exit_code"] = job.exit_code
         # last_seen alone changed: not worth a write per job per cycle on a big queue.
-        if any(row.get(k) != before.get(k) for k in row if k != "last_seen") or not before:
+        # Most rows are unchanged: one comparison of the dicts (in C) answers those,
+        # the look key by key the rest (it was a third of this walk at 30,000 jobs).
+        if not before or (
+                row != {**before, "last_seen": row["last_seen"]}
+                and any(row.get(k) != before.get(k) for k in row if k != "last_seen")):
             self.store.put_job(job.job_id, {k: v for k, v in row.items() if k != "job_id"})
         return end
 

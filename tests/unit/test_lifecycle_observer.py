@@ -255,3 +255,20 @@ def test_figures_the_job_reports_itself(tmp_path):
     life.observe(snap(1011.0, done), 1011.0)
     figures = {n: v for n, _, v in life.figures(1020.0)}
     assert figures["slurmpolicy_job_reported_data_mbps_mean"] == 250.0
+
+
+def test_a_job_seen_again_unchanged_is_not_written_and_a_changed_one_is(tmp_path):
+    """A waiting job seen cycle after cycle costs no write (its row's last_seen
+    stays at the first); any other change to its row is written, last_seen with it."""
+    life, _, _ = _life(tmp_path)
+    life.observe(snap(1000.0, PENDING), 1000.0)
+    life.observe(snap(1030.0, PENDING), 1030.0)
+    row = life.store.job(5)
+    assert row is not None and row["last_seen"] == 1000.0
+    moved = dataclasses.replace(PENDING, excluded_nodes=("g2",))
+    life.observe(snap(1060.0, moved), 1060.0)
+    row = life.store.job(5)
+    assert row is not None and row["last_seen"] == 1060.0 and row["excluded"] == '["g2"]'
+    life.observe(snap(1090.0, moved), 1090.0)
+    row = life.store.job(5)
+    assert row is not None and row["last_seen"] == 1060.0
