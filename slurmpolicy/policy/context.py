@@ -156,7 +156,8 @@ class PlanCache:
     records alone, so that a caller planning again and again over mostly the
     same records (the simulator) does not derive them anew. The daemon passes
     none: it reads every record afresh each cycle, so no identity holds, and
-    deriving its 32,000 jobs' JobInfo anew is some 5% of a plan.
+    deriving 32,000 jobs' JobInfo anew is a few percent of its plan (carrying
+    them over by value was tried, and saved no more).
 
     Every entry is keyed by what it derives from: a job's directives and class
     by the Job record itself (held, compared by identity: a changed job is a

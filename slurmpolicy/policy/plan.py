@@ -68,8 +68,8 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     The cyclic garbage collector is paused while it runs (:mod:`slurmpolicy.gcpause`):
     a plan over a deep queue makes hundreds of thousands of short-lived
     containers, and at CPython's thresholds their count set off full passes
-    over everything the caller holds, a third of a daemon's plan at 30,000
-    waiting jobs.
+    over everything the caller holds: 15 to 23% of a daemon's plan at 4,096
+    and 16,384 nodes (``tests/bench/bench_plan.py --daemon-cycles``).
     """
     with gcpause.paused():
         return _plan(snapshot, fabric, settings, intents, now, cache, clock)
