@@ -276,8 +276,10 @@ class Lifecycle:
         # Most rows are unchanged: one comparison of the dicts (in C) answers those,
         # the look key by key the rest (on a deep queue it was the costliest part
         # of this walk when it looked at every row).
+        if before:
+            before["last_seen"] = row["last_seen"]  # a copy; not read after this
         if not before or (
-                row != {**before, "last_seen": row["last_seen"]}
+                row != before
                 and any(row.get(k) != before.get(k) for k in row if k != "last_seen")):
             self.store.put_job(job.job_id, {k: v for k, v in row.items() if k != "job_id"})
         return end

@@ -133,7 +133,6 @@ class JobInfo:
         self.take_key = (job.partition, self.gpu_type, job_gpus_per_node(job),
                          max(1, job.node_count), policy.topology, policy.topology_strict)
 
-
     def blocked_at(self, now: float) -> str:
         """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``."""
         if self.blocked:
