@@ -104,8 +104,18 @@ class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
 class Reservations(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: A job of at least this many GPUs is "large".
     large_job_gpus: PositiveInt = 16
-    #: A large job that waited this long gets a reservation.
+    #: With ``reserve_after_wait``: a large job that waited this long (and
+    #: cannot start now) gets a reservation.
     starvation_wait: Seconds = 3600.0
+    #: Reserve for large jobs that waited ``starvation_wait``, wherever they
+    #: stand in the queue. Off by default: Slurm's backfill already plans a
+    #: start for every job it tests (``bf_max_job_test``), and a reservation
+    #: on top of that puts a large job ahead of the smaller jobs of higher
+    #: priority (docs/policy.md, docs/simulate.md). A large job that heads its
+    #: partition but is blocked by fragmentation gets one either way. Turn it
+    #: on where Slurm's backfill cannot reach large jobs (``bf_window``
+    #: shorter than the time limits, no backfill).
+    reserve_after_wait: bool = False
     #: Prefix of reservations slurmpolicy owns; it never touches others.
     #: Never empty: with the journal's record, it tells our reservations from
     #: everyone else's (letters, digits, "_", "-" and "."; a letter first).

@@ -79,6 +79,9 @@ default_grace = 30
 
 [reservations]
 large_job_gpus = 16
+# On for the demo (off by default: Slurm's backfill plans a start for the jobs
+# it tests; docs/policy.md): the large job heads a full cluster's queue.
+reserve_after_wait = true
 starvation_wait = 15
 
 [plugin]

@@ -4,10 +4,17 @@ Owns when a large pending job (``reservations.large_job_gpus`` GPUs or more)
 gets a reservation, which nodes, from when, and when the reservation is
 updated or deleted.
 
-A job qualifies when it waited longer than ``reservations.starvation_wait``
-and cannot start now, or when it heads its partition but is blocked by
-fragmentation. For the most important ``reservations.max_per_cycle`` such
-jobs, the running jobs' expected ends (``--expected-runtime``, else the time
+A job qualifies when it heads its partition but is blocked by fragmentation
+(enough GPUs free, not in its shape); and, with
+``reservations.reserve_after_wait``, when it waited longer than
+``reservations.starvation_wait`` and cannot start now. That second rule is
+off by default: Slurm's backfill already plans a start for every job it
+tests, and a reservation for a large job further down the queue puts it
+ahead of smaller jobs of higher priority. In replays of the Philly trace the
+smaller jobs lost more wait than the large ones gained, and the mean job
+completion time rose (docs/simulate.md). For the most important
+``reservations.max_per_cycle`` such jobs, the running jobs' expected ends
+(``--expected-runtime``, else the time
 limit) form a timeline of freed GPUs; a binary search over it finds the
 earliest moment a compact node set (the fabric's ``place`` with the job's
 ``--topology``, GPU type, memory and data preference) is free, and the
@@ -210,7 +217,7 @@ def starving(ctx: Context, prio: PriorityResult, job: Job) -> str:
         heads = any(prio.heads.get(p) == job.job_id for p in ctx.partitions_of(job))
         if heads:
             return "it heads its partition but free GPUs are fragmented"
-    if waited >= s.starvation_wait and not ctx.fits_now(job):
+    if s.reserve_after_wait and waited >= s.starvation_wait and not ctx.fits_now(job):
         return f"it has waited {humanize(waited)} (threshold {humanize(s.starvation_wait)})"
     return ""
 
@@ -260,7 +267,11 @@ def reservation_actions(ctx: Context, prio: PriorityResult, beneficiaries: set[i
         held_by.setdefault(h, set()).add("(preemption)")
     candidates: list[tuple[Job, str]] = []
     large = s.large_job_gpus
-    for job in ctx.pending:
+    # Without reserve_after_wait only a partition's head can qualify
+    # (starving()): a job or two to ask, not the queue.
+    pool = (ctx.pending if s.reserve_after_wait else
+            [ctx.by_id[job_id] for job_id in dict.fromkeys(prio.heads.values())])
+    for job in pool:
         if job.job_id in beneficiaries:
             continue
         if job_gpus(job) < large:

@@ -423,6 +423,8 @@ class RawResult:
     #: ``daemon.max_slurm_calls_per_cycle``, and the actions left for later.
     over_budget_cycles: int = 0
     deferred_actions: int = 0
+    #: Jobs of this many GPUs or more count as large (``reservations.large_job_gpus``).
+    large_gpus: int = 16
 
 
 class Simulator:
@@ -614,6 +616,7 @@ class Simulator:
             cpu_parts={"backfill": self.bf_cpu, **(self.driver.cpu_parts()
                                                     if self.driver is not None else {})},
             plan_steps=dict(self.driver.plan_steps) if self.driver is not None else {},
+            large_gpus=self.settings.reservations.large_job_gpus,
         )
 
     def _stalled(self) -> None:

@@ -16,6 +16,9 @@ Owns the definitions (also in docs/simulate.md):
 - beneficiary start delay: seconds from a job's victims being signalled to
   its start (mean, p50, p95, p99);
 - queueing share: a class's summed wait / its summed JCT (its jobs' life);
+- large jobs (``reservations.large_job_gpus`` GPUs or more): wait (mean,
+  p50, p95, p99, max) and JCT, what reservations for them trade against the
+  rest of the queue;
 - multi-node jobs whose first placement sat within one leaf / one NVLink domain.
 """
 
@@ -95,6 +98,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
             "queueing_share_mean": _queueing_share_mean(js),
         }
     waits_all = [j.pending_total for j in done]
+    large = [j for j in done if j.spec.gpus >= raw.large_gpus]
     span = max(raw.last_arrival, 1.0)
     total_gpus = raw.hosts.total_gpus
     frag = raw.series.fragmentation
@@ -105,6 +109,9 @@ def summarize(raw: RawResult) -> dict[str, Any]:
         "gpus": total_gpus,
         "wait": _stats(list(waits_all)),
         "by_class": by_class,
+        "large": {"gpus": raw.large_gpus, "wait": _stats([j.pending_total for j in large]),
+                  "wait_max": max((j.pending_total for j in large), default=0.0),
+                  "jct_mean": _mean([_jct(j) for j in large])},
         "jct_mean": sum(_jct(j) for j in done) / len(done) if done else 0.0,
         "wait_to_run": (sum(waits_all) / sum(j.spec.duration for j in done)) if done else 0.0,
         "allocation": raw.busy_until_last_arrival / (total_gpus * span),
@@ -311,6 +318,13 @@ def rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[str], list
         for q in ("mean", "p50", "p95", "p99"):
             add(f"{c} wait {q}", lambda s, c=c, q=q: s["by_class"].get(c, {}).get(
                 "wait", {}).get(q), wait_text)
+    large = summaries[0].get("large", {})
+    if large.get("wait", {}).get("jobs"):
+        for q in ("mean", "p95"):
+            add(f"large jobs ({large['gpus']}+ GPUs) wait {q}",
+                lambda s, q=q: s.get("large", {}).get("wait", {}).get(q), wait_text)
+        add(f"large jobs ({large['gpus']}+ GPUs) wait max",
+            lambda s: s.get("large", {}).get("wait_max"), wait_text)
     add("all jobs wait mean", lambda s: s["wait"]["mean"], wait_text)
     add("all jobs wait p95", lambda s: s["wait"]["p95"], wait_text)
     add("job completion time mean", lambda s: s["jct_mean"], wait_text)

@@ -48,7 +48,8 @@ def clusters(draw):
     share = draw(st.sampled_from([{}, {"vision": 0.5}, {"vision": 0.3, "nlp": 0.3}]))
     s = from_mapping({
         "fairshare": {"shares": share},
-        "reservations": {"large_job_gpus": gpus, "starvation_wait": 600},
+        "reservations": {"large_job_gpus": gpus, "starvation_wait": 600,
+                         "reserve_after_wait": draw(st.booleans())},
         "preemption": {"min_runtime": 300,
                        "no_checkpoint_partitions": draw(st.sampled_from([[], ["batch"],
                                                                          ["other"]]))},

@@ -9,13 +9,18 @@ from slurmpolicy.policy import apply_to_intents, explain, plan
 from slurmpolicy.policy.actions import Intents
 from slurmpolicy.policy.scenario import ClusterBuilder
 from slurmpolicy.policy.scenario import directives as d
-from slurmpolicy.settings import Settings
+from slurmpolicy.settings import Settings, from_mapping
 
 RES = d("research", "USR1")
 
 
-def why(b, job_id, intents=None):
-    return explain(b.snapshot(), b.fabric(), Settings(), intents or Intents(), b.now, job_id)
+#: With the reservation rule for large jobs that waited (off by default).
+WAITED = from_mapping({"reservations": {"reserve_after_wait": True}})
+
+
+def why(b, job_id, intents=None, settings=None):
+    return explain(b.snapshot(), b.fabric(), settings or Settings(), intents or Intents(), b.now,
+                   job_id)
 
 
 def one_free_host_per_leaf(b):
@@ -90,9 +95,9 @@ def test_waiting_for_its_reservation_and_for_preemption():
     for i in range(1, 5):
         b.run(100 + i, "r", hosts=[i], time_limit=3600 + 600 * i, admin_comment=RES)
     b.pend(1, "big", nodes=2, waited=7200, admin_comment=RES)
-    intents = apply_to_intents(Intents(), plan(b.snapshot(), b.fabric(), Settings(), Intents(),
+    intents = apply_to_intents(Intents(), plan(b.snapshot(), b.fabric(), WAITED, Intents(),
                                                b.now), b.now)
-    e = why(b, 1, intents)
+    e = why(b, 1, intents, WAITED)
     assert e.blocking == "reservation"
     assert e.blocking_text == ("waiting for its reservation spolicy_job_1 on gpu[01-02], which "
                                "starts in 20m")
@@ -189,11 +194,13 @@ def test_pending_notes_say_what_preemption_and_reservations_could_do():
     b.run(101, "r", hosts=[1], ran=7200, admin_comment=RES)
     b.run(102, "r", hosts=[2], ran=7200, admin_comment=RES, comment=f"ckpt:{b.now - 600:.0f}")
     b.pend(1, "p", nodes=2, waited=7200, admin_comment=d("production", "USR1"))
-    e = why(b, 1)
+    e = why(b, 1, settings=WAITED)
     assert "a preemption could free 2 node(s) from job(s) 101, 102 (lost work 18.7 GPU-h)" \
         in e.notes
     assert "qualifies for a starvation reservation: it has waited 2h00m (threshold 1h00m)" \
         in e.notes
+    # By default a wait alone earns no reservation (Slurm's backfill plans the job).
+    assert not any("starvation reservation" in note for note in why(b, 1).notes)
 
 
 def test_to_start_sooner_lists_only_changes_that_start_the_job_sooner():

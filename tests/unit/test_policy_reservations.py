@@ -17,6 +17,13 @@ from slurmpolicy.topology.types import Level
 
 # research everywhere: no preemption in these scenarios.
 RES = d("research", "USR1")
+#: Most scenarios here are of the rule for jobs that waited, which is off by
+#: default (reservations.reserve_after_wait).
+WAITED = {"reserve_after_wait": True}
+
+
+def settings(**reservations: object) -> Settings:
+    return from_mapping({"reservations": {**WAITED, **reservations}})
 
 
 def of(p, kind):
@@ -33,7 +40,7 @@ def test_starving_large_job_gets_the_set_that_frees_earliest():
     b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
     staggered(b, [7200, 600, 7200, 1200, 7200, 7200, 7200, 7200])
     b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
-    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now), CreateReservation)
     assert create.name == "spolicy_job_1" and create.job_id == 1
     assert create.nodes == ("gpu02", "gpu04")
     assert create.start_time == b.now + 1200
@@ -49,7 +56,7 @@ def test_expected_runtime_directive_counts_before_time_limit():
     b.replace_job(103, admin_comment=d("research", "USR1", runtime=3600 + 900))
     b.replace_job(101, admin_comment=d("research", "USR1", runtime=3600 + 300))
     b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
-    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now), CreateReservation)
     assert create.nodes == ("gpu01", "gpu03") and create.start_time == b.now + 900
     assert "(expected runtime)" in create.reason
 
@@ -60,7 +67,7 @@ def test_topology_strict_keeps_the_set_in_one_leaf():
     staggered(b, [600, 7200, 7200, 7200, 1200, 1800, 7200, 7200])
     b.pend(1, "big", nodes=2, waited=2 * 3600,
            admin_comment=d("research", "USR1", topology="leaf", strict=True))
-    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now), CreateReservation)
     assert create.nodes == ("gpu05", "gpu06") and create.start_time == b.now + 1800
     fab = b.fabric()
     assert len({fab.domain_of(h, Level.LEAF) for h in create.nodes}) == 1
@@ -73,7 +80,7 @@ def test_gpu_type_and_data_locality():
     staggered(b, [60, 600, 600, 600])
     b.pend(1, "big", nodes=1, gpus_per_node=8, waited=3 * 3600,
            admin_comment=d("research", "USR1", gpu_type="h100", data="imagenet"))
-    s = from_mapping({"reservations": {"large_job_gpus": 8}})
+    s = settings(large_job_gpus=8)
     (create,) = of(plan(b.snapshot(), b.fabric(), s, Intents(), b.now), CreateReservation)
     # gpu01 (a100) frees first but is the wrong type; gpu02-04 tie: the data host wins.
     assert create.nodes == ("gpu04",)
@@ -85,9 +92,39 @@ def test_heads_partition_and_fragmented_gets_reservation_without_waiting():
         b.run(100 + i, "r", hosts=[i], gpus_per_node=4, time_limit=3600 + 600 * i,
               admin_comment=RES)
     b.pend(1, "big", nodes=2, waited=60, admin_comment=RES)  # 16 free in 4s: fragmented
+    # The default settings: this rule does not need reserve_after_wait.
     (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
     assert "it heads its partition but free GPUs are fragmented" in create.reason
     assert create.nodes == ("gpu01", "gpu02")
+
+
+def test_by_default_a_wait_alone_earns_no_reservation():
+    # Slurm's backfill already plans a start for every job it tests; a
+    # reservation for a large job that only waited long would put it ahead of
+    # smaller jobs of higher priority. reservations.reserve_after_wait turns
+    # the rule on (the scenario of the first test).
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    staggered(b, [7200, 600, 7200, 1200, 7200, 7200, 7200, 7200])
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    assert not of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now),
+                  CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now),
+                   CreateReservation)
+    assert create.job_id == 1 and "it has waited 2h00m" in create.reason
+
+
+def test_turning_the_rule_off_still_deletes_what_it_made():
+    # A reservation the journal holds from when the rule was on is still
+    # deleted by the usual rules (here: its job left the queue).
+    b = ClusterBuilder(hosts=8, hosts_per_leaf=4)
+    staggered(b, [7200, 600, 7200, 1200, 7200, 7200, 7200, 7200])
+    b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
+    intents = apply_to_intents(Intents(), plan(b.snapshot(), b.fabric(), settings(), Intents(),
+                                               b.now), b.now)
+    assert [r.job_id for r in intents.reservations] == [1]
+    b.jobs = [j for j in b.jobs if j.job_id != 1]
+    (delete,) = of(plan(b.snapshot(), b.fabric(), Settings(), intents, b.now), DeleteReservation)
+    assert delete.job_id == 1 and "left the queue" in delete.reason
 
 
 def test_small_or_fresh_jobs_get_none():
@@ -95,7 +132,7 @@ def test_small_or_fresh_jobs_get_none():
     staggered(b, [600] * 4)
     b.pend(1, "a", nodes=1, waited=5 * 3600, admin_comment=RES)    # small
     b.pend(2, "a", nodes=2, waited=60, admin_comment=RES)          # fresh, not fragmented
-    assert not of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now),
+    assert not of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now),
                   CreateReservation)
 
 
@@ -103,16 +140,16 @@ def test_update_only_when_the_start_moves_beyond_threshold_and_idempotent():
     b = ClusterBuilder(hosts=4, hosts_per_leaf=4)
     staggered(b, [600, 1200, 7200, 7200])
     b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
-    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    p1 = plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now)
     intents = apply_to_intents(Intents(), p1, b.now)
     b.reservations = [Reservation(name="spolicy_job_1", nodes=("gpu01", "gpu02"),
                                   start_time=b.now + 1200, end_time=b.now + 1200 + 4 * 3600)]
-    again = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    again = plan(b.snapshot(), b.fabric(), settings(), intents, b.now)
     assert not of(again, CreateReservation) and not of(again, UpdateReservation)
     # Job 102 now expected to run 2 more hours: the start moves by far more than 5m.
     b.replace_job(102, time_limit=3600 + 7200 + 600)
     b.replace_job(103, time_limit=3600 + 1500)
-    moved = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    moved = plan(b.snapshot(), b.fabric(), settings(), intents, b.now)
     (upd,) = of(moved, UpdateReservation)
     assert upd.nodes == ("gpu01", "gpu03") and upd.start_time == b.now + 1500
     assert upd.reason.startswith("move reservation (start 20m -> 25m)")
@@ -127,12 +164,12 @@ def test_delete_when_started_or_left_and_never_touch_others():
     ]
     intents = Intents(reservations=(
         ReservationIntent("spolicy_job_7", 7, ("gpu01",), b.now + 600, 3600),))
-    p = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    p = plan(b.snapshot(), b.fabric(), settings(), intents, b.now)
     (dele,) = of(p, DeleteReservation)
     assert dele.name == "spolicy_job_7"
     assert dele.reason == "reservation spolicy_job_7 deleted: job 7 left the queue"
     b.run(7, "big", hosts=[4], ran=10, admin_comment=RES)
-    p = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now)
+    p = plan(b.snapshot(), b.fabric(), settings(), intents, b.now)
     assert [a.reason for a in of(p, DeleteReservation)] == [
         "reservation spolicy_job_7 deleted: job 7 started"]
 
@@ -144,7 +181,7 @@ def test_a_reservation_no_intent_knows_is_never_deleted_even_with_our_prefix():
     b.reservations = [Reservation(name="spolicy_job_9", nodes=("gpu01",)),
                       Reservation(name="maint", nodes=("gpu02",)),
                       Reservation(name="other_spolicy_job_1", nodes=("gpu02",))]
-    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    p = plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now)
     assert of(p, DeleteReservation) == []
 
 
@@ -154,7 +191,7 @@ def test_foreign_reservation_hosts_are_avoided():
     b.reservations = [Reservation(name="maint", nodes=("gpu01",), start_time=b.now + 3600,
                                   end_time=b.now + 7200)]
     b.pend(1, "big", nodes=2, waited=2 * 3600, admin_comment=RES)
-    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now), CreateReservation)
     assert "gpu01" not in create.nodes and create.nodes == ("gpu02", "gpu03")
 
 
@@ -162,14 +199,14 @@ def test_no_placement_at_all_is_annotated():
     b = ClusterBuilder(hosts=2)
     staggered(b, [600, 600])
     b.pend(1, "big", nodes=4, waited=2 * 3600, admin_comment=RES)
-    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    p = plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now)
     assert not of(p, CreateReservation)
     (note,) = [a for a in of(p, Annotate) if a.reason.startswith("no reservation")]
     assert note.reason.startswith("no reservation for job 1 (it has waited 2h00m")
 
 
 def test_searches_capped_per_cycle():
-    s = from_mapping({"reservations": {"max_per_cycle": 2}})
+    s = settings(max_per_cycle=2)
     b = ClusterBuilder(hosts=16, hosts_per_leaf=4)
     staggered(b, [600 * i for i in range(1, 17)])
     for j in range(1, 6):
@@ -188,7 +225,7 @@ def test_held_jobs_do_not_take_the_head_of_the_partition():
               admin_comment=RES)
     b.pend(5, "big", nodes=1, waited=9000, reason="JobHeldUser", admin_comment=RES)
     b.pend(1, "big", nodes=2, waited=60, admin_comment=RES)
-    (create,) = of(plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now), CreateReservation)
+    (create,) = of(plan(b.snapshot(), b.fabric(), settings(), Intents(), b.now), CreateReservation)
     assert create.job_id == 1
 
 
@@ -205,7 +242,7 @@ def test_forecasts_are_shared_by_shape_but_not_across_own_reservations():
     b.pend(2, "big", nodes=1, admin_comment=RES)
     b.reservations.append(Reservation(name="spolicy_job_2", nodes=("gpu01",),
                                       start_time=b.now - 60, end_time=b.now + 3600))
-    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    ctx = Context(b.snapshot(), b.fabric(), settings(), Intents(), b.now)
     one, again = forecast(ctx, ctx.by_id[1]), forecast(ctx, ctx.by_id[1])
     assert again is one and one.hosts == ("gpu02",) and one.start == b.now + 1200
     two = forecast(ctx, ctx.by_id[2])
@@ -226,7 +263,7 @@ def test_competing_starving_jobs_keep_their_reservations_on_the_next_plan():
     b.run(106, "r", hosts=[4, 5], ran=600, time_limit=600 + 600, admin_comment=RES)
     b.pend(1, "older", nodes=1, waited=3 * 3600, admin_comment=RES)
     b.pend(2, "younger", nodes=1, waited=2 * 3600, admin_comment=RES)
-    s = from_mapping({"reservations": {"large_job_gpus": 4}})
+    s = settings(large_job_gpus=4)
     snap, fab = b.snapshot(), b.fabric()
     first = plan(snap, fab, s, Intents(), b.now)
     creates = {a.job_id: a for a in of(first, CreateReservation)}
