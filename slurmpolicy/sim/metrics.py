@@ -239,7 +239,13 @@ def targets(ours: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
             # A ratio of two shares rounds to 1.00x for a real gap: say it in points.
             gap = f"{(b - a) * 100:.1f} percentage points under the baseline"
         else:
-            gap = f"{ratio:.2f}x, {abs(ratio - bound):.2f}x from {bound:g}x"
+            # A miss that rounds to 0.00x (0.903x against 0.9x) is shown with
+            # the digits it needs, not as "0.90x, 0.00x from 0.9x".
+            miss = abs(ratio - bound)
+            digits = 2
+            while round(miss, digits) == 0 and digits < 6:
+                digits += 1
+            gap = f"{ratio:.{digits}f}x, {miss:.{digits}f}x from {bound:g}x"
         if gap and key in _GAP_PARTS:
             part, words = _GAP_PARTS[key]
             share = ours.get(part)

@@ -147,7 +147,8 @@ def test_the_scale_targets_are_judged_on_the_slower_cycle(figures):
 
 @pytest.mark.parametrize(("doc", "name"), [
     (doc, name) for doc in ("README.md", "docs/simulate.md")
-    for name in ("simulate", "speed", "plan-scale")] + [("README.md", "bench")])
+    for name in ("simulate", "speed", "plan-scale")] + [("README.md", "bench"),
+                                                        ("docs/simulate.md", "reserve-after-wait")])
 def test_the_docs_hold_each_generated_block_once(doc, name):
     text = (ROOT / doc).read_text(encoding="utf-8")
     begin, end = f"<!-- figures:{name} begin -->", f"<!-- figures:{name} end -->"
@@ -261,6 +262,29 @@ def test_the_simulate_blocks_are_their_stored_run_rendered(figures):
     assert f"; {len(replays)} replays, {sum(s['cpu_seconds'] for s in replays):.0f} CPU s" in head
     if wall is not None:  # kept since 5 December 2026
         assert f"CPU s in all, {wall:.0f} s wall." in head
+
+
+def test_the_waited_block_is_its_stored_run_rendered_beside_the_figures_run(figures):
+    waited = _stored("waited")
+    rev, wall, extra = waited.pop("commit"), waited.pop("wall_seconds"), waited.pop("extra")
+    waited.pop("machine")
+    base = _stored("simulate")
+    shown = _block("docs/simulate.md", "reserve-after-wait")
+    assert shown == figures.waited_block(waited, base, rev, wall, extra), (
+        "docs/simulate.md's reserve_after_wait table " + _STALE.format("waited"))
+    # The defaults' columns are the figures' run, named by its commit.
+    assert f"(commit `{base['commit']}`)" in shown.splitlines()[0]
+    header = shown.splitlines()[2]
+    assert "| defaults x2 | reserve_after_wait x2 | slurm-grace x2 | defaults x3 |" in header
+
+
+def test_the_waited_run_refuses_a_figures_run_of_other_jobs(figures):
+    base = _stored("simulate")
+    other = {**base, "loads": [{**case, "modes": [{**m, "jobs": m["jobs"] + 1}
+                                                  for m in case["modes"]]}
+                               for case in base["loads"]]}
+    with pytest.raises(SystemExit, match="another number of jobs"):
+        figures.waited_block(other, base, "abc1234", 1.0, [])
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])

@@ -30,6 +30,15 @@ def test_each_target_is_met_or_missed_by_its_own_bound():
     assert rows["alloc"]["met"]  # more than the baseline
 
 
+def test_a_miss_that_rounds_to_the_bound_shows_the_digits_it_needs():
+    # 8h03m against 8h54m is 0.903x: "0.90x, 0.00x from 0.9x" would read as met.
+    jct = _by_key(targets(_summary(0, 903, 0, 0, 1), _summary(0, 1000, 0, 0, 1)))["jct"]
+    assert not jct["met"]
+    assert jct["gap"].startswith("0.903x, 0.003x from 0.9x")
+    idle = _by_key(targets(_summary(0, 1, 0, 50.04, 1), _summary(0, 1, 0, 100, 1)))["idle"]
+    assert idle["gap"].startswith("0.5004x, 0.0004x from 0.5x")
+
+
 def test_an_allocation_short_of_the_baseline_is_said_in_points():
     # 63.6% against 63.9% is 0.995x: a ratio would print "1.00x, 0.00x from 1x".
     rows = _by_key(targets(_summary(0, 1, 0, 0, 0.636), _summary(0, 1, 0, 0, 0.639)))
