@@ -317,6 +317,7 @@ class Daemon:
             mode = " (dry run)" if self.dry_run else ""
             self.notifier.ready(f"started{mode}; state {self.state_dir}")
             log.info("slurmpolicy daemon started%s, state %s", mode, self.state_dir)
+            self._log_notices()
             status = 0
             while not self.stopping:
                 try:
@@ -498,6 +499,11 @@ class Daemon:
         self.notifier.watchdog()
         self._last_watchdog = time.monotonic()
 
+    def _log_notices(self) -> None:
+        """Log the settings file's keys that its other keys make do nothing."""
+        for note in settings_mod.notices(self.settings_path):
+            log.warning("%s", note)
+
     # ---------------------------------------------------------------- cycle
     def _maybe_reload_settings(self) -> None:
         if not self._reload:
@@ -532,6 +538,7 @@ class Daemon:
             if self.lifecycle is not None:
                 self.lifecycle.settings = fresh
             log.info("settings reloaded from %s", self.settings_path or "default path")
+            self._log_notices()
         self.notifier.send("READY=1")
 
     def _fabric_for(self, snapshot: Snapshot) -> Any:

@@ -644,6 +644,35 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _target(path: str | os.PathLike[str] | None) -> Path:
+    """The file :func:`load` reads: ``path``, $SLURMPOLICY_CONFIG, else the default."""
+    return Path(path if path is not None else os.environ.get(ENV_PATH, DEFAULT_PATH))
+
+
+def notices(path: str | os.PathLike[str] | None = None) -> list[str]:
+    """What the settings file sets that its other keys make do nothing, each a
+    sentence naming the file, the key and what to do (``config check`` prints
+    them, the daemon logs them); [] when there is no file to read (``load``
+    says what is wrong with one that cannot be read)."""
+    target = _target(path)
+    try:
+        data = tomllib.loads(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    out: list[str] = []
+    res = data.get("reservations")
+    # Before session 22 starvation_wait alone turned the rule on: a file
+    # written then, which never heard of reserve_after_wait, means it.
+    if isinstance(res, dict) and "starvation_wait" in res and "reserve_after_wait" not in res:
+        out.append(
+            f"{target}: reservations.starvation_wait does nothing unless "
+            "reservations.reserve_after_wait = true: large jobs that only waited get no "
+            "reservation by default (Slurm's backfill plans their start; docs/policy.md). "
+            "Set reserve_after_wait = true to keep that rule, or false to say you do not "
+            "want it")
+    return out
+
+
 def load(path: str | os.PathLike[str] | None = None) -> Settings:
     """Load settings from ``path``, $SLURMPOLICY_CONFIG, or the default path.
 
@@ -651,7 +680,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Settings:
     asked for by name is an error.
     """
     explicit = path is not None or ENV_PATH in os.environ
-    target = Path(path if path is not None else os.environ.get(ENV_PATH, DEFAULT_PATH))
+    target = _target(path)
     if not target.exists():
         if explicit:
             raise ConfigError(f"{target}: settings file not found")

@@ -8,6 +8,7 @@ import click
 import msgspec
 
 from slurmpolicy import settings as settings_mod
+from slurmpolicy.inert import inert
 
 
 @click.group()
@@ -18,9 +19,12 @@ def config() -> None:
 @config.command("check")
 @click.argument("path", type=click.Path(dir_okay=False))
 def check(path: str) -> None:
-    """Validate PATH; print what is wrong (file, key, expectation) or 'ok'."""
+    """Validate PATH; print what is wrong (file, key, expectation) or 'ok', and a
+    note for each key that its other keys make do nothing."""
     settings_mod.load(path)
     click.echo(f"{path}: ok")
+    for note in settings_mod.notices(path):
+        click.echo(f"note: {inert(note)}")
 
 
 @config.command("ranges")

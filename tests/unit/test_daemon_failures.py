@@ -251,3 +251,35 @@ def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
         assert registry.get_sample_value("slurmpolicy_settings_stale") == 0
     finally:
         d.close()
+
+
+def test_a_reload_logs_what_the_settings_set_that_does_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A file written before reserve_after_wait existed, which sets
+    # starvation_wait: the rule it meant is now off, and the log says so.
+    from slurmpolicy import settings as settings_mod
+
+    path = tmp_path / "s.toml"
+    path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\nlease_ttl = 0\n'
+                    '[metrics]\nenabled = false\n')
+    d = Daemon(settings_mod.load(path), settings_path=str(path), client=Client(1000.0),  # type: ignore[arg-type]
+               planner=lambda *a, **k: Plan(), fabric_loader=lambda s, st: None,
+               clock=lambda: 1000.0)
+    d.open()
+    try:
+        path.write_text(path.read_text() + '[reservations]\nstarvation_wait = "2h"\n')
+        d._on_hup(signal.SIGHUP, None)
+        with caplog.at_level(logging.WARNING, logger="slurmpolicy.daemon"):
+            assert d.cycle().result == "ok"
+        notes = [r.getMessage() for r in caplog.records if "starvation_wait" in r.getMessage()]
+        assert len(notes) == 1 and "reserve_after_wait = true" in notes[0]
+        assert not d.settings.reservations.reserve_after_wait  # only said, not changed
+        caplog.clear()
+        path.write_text(path.read_text() + "reserve_after_wait = true\n")
+        d._on_hup(signal.SIGHUP, None)
+        with caplog.at_level(logging.WARNING, logger="slurmpolicy.daemon"):
+            d.cycle()
+        assert d.settings.reservations.reserve_after_wait
+        assert not [r for r in caplog.records if "starvation_wait" in r.getMessage()]
+    finally:
+        d.close()

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from slurmpolicy import settings
@@ -165,3 +167,28 @@ def test_docs_show_the_ranges_the_code_enforces():
     assert out.exit_code == 0 and "| `daemon.interval` | 1 .. 3600 | 30 |" in out.output
     docs = (Path(__file__).parents[2] / "docs" / "policy.md").read_text()
     assert out.output in docs
+
+
+def test_config_check_notes_a_starvation_wait_that_does_nothing(tmp_path: Path) -> None:
+    # Before reserve_after_wait, starvation_wait alone turned the rule on.
+    from click.testing import CliRunner
+
+    from slurmpolicy.cli import cli
+
+    old = tmp_path / "old.toml"
+    old.write_text('[reservations]\nstarvation_wait = "2h"\n')
+    out = CliRunner().invoke(cli, ["config", "check", str(old)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == f"{old}: ok"
+    assert lines[1].startswith(f"note: {old}: reservations.starvation_wait does nothing unless "
+                               "reservations.reserve_after_wait = true")
+    for text in ('[reservations]\nstarvation_wait = "2h"\nreserve_after_wait = false\n',
+                 '[reservations]\nstarvation_wait = "2h"\nreserve_after_wait = true\n',
+                 '[reservations]\nlarge_job_gpus = 32\n'):
+        old.write_text(text)
+        out = CliRunner().invoke(cli, ["config", "check", str(old)])
+        assert out.exit_code == 0 and out.output == f"{old}: ok\n", (text, out.output)
+    # The shipped example says what it wants.
+    example = Path(__file__).parents[2] / "contrib" / "slurmpolicy.toml"
+    assert settings.notices(example) == []
