@@ -661,8 +661,8 @@ def notices(path: str | os.PathLike[str] | None = None) -> list[str]:
         return []
     out: list[str] = []
     res = data.get("reservations")
-    # Before session 22 starvation_wait alone turned the rule on: a file
-    # written then, which never heard of reserve_after_wait, means it.
+    # Before reserve_after_wait existed, starvation_wait alone turned the rule
+    # on: a file written then, which does not name reserve_after_wait, means it.
     if isinstance(res, dict) and "starvation_wait" in res and "reserve_after_wait" not in res:
         out.append(
             f"{target}: reservations.starvation_wait does nothing unless "

@@ -11,15 +11,16 @@ A job qualifies when it heads its partition but is blocked by fragmentation
 off by default: Slurm's backfill already plans a start for every job it
 tests, and a reservation for a large job further down the queue puts it
 ahead of smaller jobs of higher priority. In replays of the Philly trace the
-smaller jobs lost more wait than the large ones gained, and the mean job
-completion time rose (docs/simulate.md). For the most important
-``reservations.max_per_cycle`` such jobs, the running jobs' expected ends
-(``--expected-runtime``, else the time
-limit) form a timeline of freed GPUs; a binary search over it finds the
-earliest moment a compact node set (the fabric's ``place`` with the job's
-``--topology``, GPU type, memory and data preference) is free, and the
-reservation covers those nodes from then for the job's time limit. Slurm's
-backfill still lets short jobs use the nodes until it starts.
+smaller jobs' extra wait outweighed what the large ones gained, and the mean
+job completion time rose (docs/simulate.md).
+
+For the most important ``reservations.max_per_cycle`` such jobs, the running
+jobs' expected ends (``--expected-runtime``, else the time limit) form a
+timeline of freed GPUs; a binary search over it finds the earliest moment a
+compact node set (the fabric's ``place`` with the job's ``--topology``, GPU
+type, memory and data preference) is free, and the reservation covers those
+nodes from then for the job's time limit. Slurm's backfill still lets short
+jobs use the nodes until it starts.
 
 Names start with ``reservations.name_prefix`` (never empty); only the
 reservations the daemon's journal records as its own are moved or deleted,
