@@ -218,8 +218,8 @@ def test_slurm_away_is_counted_but_keeps_the_watchdog_fed(tmp_path: Path) -> Non
         d.close()
 
 
-def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _reloadable(tmp_path: Path) -> tuple[Daemon, Path]:
+    """An opened daemon that reads its settings from a file the test rewrites."""
     from slurmpolicy import settings as settings_mod
 
     path = tmp_path / "s.toml"
@@ -229,6 +229,12 @@ def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
                planner=lambda *a, **k: Plan(), fabric_loader=lambda s, st: None,
                clock=lambda: 1000.0)
     d.open()
+    return d, path
+
+
+def test_reload_with_bad_settings_keeps_the_last_good_ones_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d, path = _reloadable(tmp_path)
     try:
         path.write_text(path.read_text().replace("interval = 5", "interval = nan"))
         d._on_hup(signal.SIGHUP, None)
@@ -257,15 +263,7 @@ def test_a_reload_logs_what_the_settings_set_that_does_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A file written before reserve_after_wait existed, which sets
     # starvation_wait: the rule it meant is now off, and the log says so.
-    from slurmpolicy import settings as settings_mod
-
-    path = tmp_path / "s.toml"
-    path.write_text(f'[daemon]\nstate_dir = "{tmp_path / "st"}"\nlease_ttl = 0\n'
-                    '[metrics]\nenabled = false\n')
-    d = Daemon(settings_mod.load(path), settings_path=str(path), client=Client(1000.0),  # type: ignore[arg-type]
-               planner=lambda *a, **k: Plan(), fabric_loader=lambda s, st: None,
-               clock=lambda: 1000.0)
-    d.open()
+    d, path = _reloadable(tmp_path)
     try:
         path.write_text(path.read_text() + '[reservations]\nstarvation_wait = "2h"\n')
         d._on_hup(signal.SIGHUP, None)
