@@ -183,6 +183,16 @@ def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
     return full, "\n".join([head, "", *targets])
 
 
+def _replay_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The seeds, and the simulate options (jobs, month, seeds) of the figures'
+    replays, which the waited run repeats."""
+    seeds = [x.strip() for x in args.seeds.split(",") if x.strip()]
+    extra = (["--limit", str(args.limit)] if args.limit else []) + (
+        ["--month", args.month] if args.month else []) + (
+        ["--seeds", ",".join(seeds)] if len(seeds) > 1 else ["--seed", seeds[0]])
+    return seeds, extra
+
+
 def waited(args: argparse.Namespace, rev: str) -> str:
     """The figures' replays at x2 and x3 with ``reservations.reserve_after_wait``
     on, beside the defaults' figures of the figures part's stored run; the block
@@ -192,10 +202,7 @@ def waited(args: argparse.Namespace, rev: str) -> str:
         sys.exit(f"scripts/figures: the waited run compares with {stored}: run the "
                  "figures part first")
     base = json.loads(stored.read_text(encoding="utf-8"))
-    seeds = [x.strip() for x in args.seeds.split(",") if x.strip()]
-    extra = (["--limit", str(args.limit)] if args.limit else []) + (
-        ["--month", args.month] if args.month else []) + (
-        ["--seeds", ",".join(seeds)] if len(seeds) > 1 else ["--seed", seeds[0]])
+    _, extra = _replay_options(args)
     data, wall = simulate(extra, None, loads=WAITED_LOADS, config=WAITED_CONFIG)
     block = waited_block(data, base, rev, wall, extra)
     return _publish("waited", "reserve-after-wait", block,
@@ -612,10 +619,7 @@ def figures(args: argparse.Namespace, rev: str) -> None:
         # Without it simulate skips the plots and the docs would show old ones.
         sys.exit("scripts/figures: the plots need matplotlib: .venv/bin/pip install "
                  "'.[plot]' (or matplotlib)")
-    seeds = [x.strip() for x in args.seeds.split(",") if x.strip()]
-    extra = (["--limit", str(args.limit)] if args.limit else []) + (
-        ["--month", args.month] if args.month else []) + (
-        ["--seeds", ",".join(seeds)] if len(seeds) > 1 else ["--seed", seeds[0]])
+    seeds, extra = _replay_options(args)
     trial = args.dry
     plots = OUT / ("trial" if trial else "")
     data, wall = simulate(extra, plots, config=args.config)
