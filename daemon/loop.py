@@ -75,11 +75,13 @@ from slurmpolicy.errors import (
     SlurmUnavailable,
     TopologyError,
 )
+from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.model import Snapshot
-from slurmpolicy.policy.actions import VictimState
+from slurmpolicy.policy.actions import Intents, VictimState
+from slurmpolicy.policy.classes import resolve_class
 from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.policy.preemption import victim_moved
-from slurmpolicy.settings import Settings
+from slurmpolicy.settings import Settings, doorbell_classes
 from slurmpolicy.slurm.client import SlurmClient
 from slurmpolicy.store import Journal, journal_failure
 
@@ -111,6 +113,8 @@ class CycleResult:
     reason: str = ""
     #: CPU seconds of each step of the cycle's plan (``Plan.timings``).
     plan_steps: Mapping[str, float] = field(default_factory=dict)
+    #: The plan only moved open preemptions on (``plan(open_only=True)``).
+    open_only: bool = False
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -222,6 +226,13 @@ class Daemon:
         #: would cycle every ack_poll instead of every preemption_poll.
         self._looks = 0
         self._woke: set[tuple[int, int, str]] = set()
+        #: When the last full plan began (``_monotonic``; None: none yet, or the
+        #: settings were reloaded since), and whether the doorbell woke this cycle.
+        self._last_full: float | None = None
+        self._bell_rang = False
+        #: The jobs waiting at the last full plan: a job of a doorbell class
+        #: waiting since then gets a full plan at the next cycle, doorbell or not.
+        self._waiting_at_full: set[int] = set()
         #: The clock and the wait of ``_sleep`` (tests give fakes).
         self._monotonic: Callable[[], float] = time.monotonic
         self._wait: Callable[[float], bool] = self._stop.wait
@@ -365,7 +376,9 @@ class Daemon:
     def _status_line(self, r: CycleResult) -> str:
         mode = "dry run, " if self.dry_run else ""
         if r.result == "ok" and r.report is not None:
-            return (f"{mode}cycle {self.cycles} ok in {r.seconds:.2f}s: {r.actions} action(s), "
+            scope = " (open preemptions only)" if r.open_only else ""
+            return (f"{mode}cycle {self.cycles} ok{scope} in {r.seconds:.2f}s: "
+                    f"{r.actions} action(s), "
                     f"{r.report.calls} Slurm call(s), {self._in_flight()} preemption(s) open")
         return f"{mode}cycle {self.cycles} {r.result}: {r.message}"
 
@@ -419,6 +432,7 @@ class Daemon:
             if bell is not None and now >= look:
                 if bell.rung():
                     log.debug("doorbell %s rung: next cycle now, %.0fs early", bell.path, left)
+                    self._bell_rang = True
                     self.metrics.doorbell_wakes.inc()
                     return True
                 look = now + bell.poll
@@ -533,6 +547,7 @@ class Daemon:
                     self.doorbell.prepare(slurm_conf_path())
                 self.doorbell.cycle_started(self._monotonic())
             self.settings = fresh
+            self._last_full = None  # the next plan is a full one, under the new settings
             if self.executor is not None:
                 self.executor.settings = fresh
             if self.lifecycle is not None:
@@ -643,8 +658,15 @@ class Daemon:
             self._account_usage(snapshot, now)
             fabric = self._fabric_for(snapshot)
             intents = self.journal.load_intents(now=now)
+            open_only = self._open_only(intents, snapshot)
+            looked = self._monotonic()
             plan = self.planner(snapshot, fabric, self.settings, intents, now,
-                                clock=time.process_time)
+                                clock=time.process_time,
+                                **({"open_only": True} if open_only else {}))
+            self._bell_rang = False
+            if not open_only:
+                self._last_full = looked
+                self._waiting_at_full = {j.job_id for j in snapshot.jobs if j.is_pending}
             self._feed_watchdog()
             if not self.stopping:
                 self.executor.carry_on(snapshot, now)
@@ -665,8 +687,30 @@ class Daemon:
                                            failure_reason(exc)))
         self._failures = 0
         result = CycleResult("ok", time.monotonic() - started, report, len(plan.actions),
-                             plan_steps=plan.timings)
+                             plan_steps=plan.timings, open_only=open_only)
         return self._finish(result, snapshot, fabric, now)
+
+    def _open_only(self, intents: Intents, snapshot: Snapshot) -> bool:
+        """This cycle only moves the open preemptions on: it comes sooner than
+        ``daemon.interval`` after the last full plan (a look at awaited victims,
+        every ``daemon.preemption_poll`` or at an ack), no doorbell rang, and no
+        job of a doorbell class came to wait since that plan. Priorities, site
+        factors, new preemptions and reservations wait for the next full plan,
+        at most ``interval`` after the last: a full plan walks every waiting
+        job, and these cycles come every few seconds."""
+        if self._last_full is None or self._bell_rang or not intents.open_preemptions():
+            return False
+        if self._monotonic() - self._last_full >= self.settings.daemon.interval:
+            return False
+        urgent = doorbell_classes(self.settings)
+        if urgent:
+            seen = self._waiting_at_full
+            for job in snapshot.jobs:
+                if job.is_pending and job.job_id not in seen and resolve_class(
+                        self.settings, parse_admin_comment(job.admin_comment),
+                        job.account).name in urgent:
+                    return False
+        return True
 
     def _say_lease(self) -> None:
         """Keep the lease's state in the journal for `daemon status` (on change only)."""

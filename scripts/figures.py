@@ -300,7 +300,9 @@ def speed_block(data: dict[str, Any], wall: float, rev: str, where: str,
         _plan_budget_row(cpu, base_cpu, plan, policy["plan_calls"]) if ratio > SPEED_RATIO
         else "",
         f"| slurmpolicy's CPU by part | `plan()` {plan:.1f} s ({policy['plan_calls']:,} "
-        f"calls, {policy.get('over_budget_cycles', 0):,} over the Slurm call budget), "
+        f"calls, " + (f"{policy['open_only_plans']:,} of them open preemptions only, "
+                      if "open_only_plans" in policy else "")
+        + f"{policy.get('over_budget_cycles', 0):,} over the Slurm call budget), "
         f"snapshots {parts.get('snapshot', 0.0):.1f}, backfill passes "
         f"{parts.get('backfill', 0.0):.1f} (the baseline's "
         f"{base.get('cpu_parts', {}).get('backfill', 0.0):.1f}), the rest {rest:.1f} | |",

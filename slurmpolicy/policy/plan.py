@@ -12,6 +12,11 @@ Owns the order the rules run in and how their actions combine:
 but ``now``. A caller that wants to know where a plan's time goes passes a
 ``clock`` (the daemon and the simulator pass ``time.process_time``): each
 step's time is then in ``Plan.timings``, which Plan equality ignores.
+A cycle between full plans that only has open preemptions to move on
+(``open_only``: the daemon's looks at awaited victims, every
+``daemon.preemption_poll``) runs step 1 alone; the rest waits for the next
+full plan, at most ``daemon.interval`` away.
+
 ``apply_to_intents`` advances Intents from a Plan the way the daemon's
 executor does when every action succeeds, so that the simulator and
 the tests can drive several cycles without a journal.
@@ -24,7 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurmpolicy import gcpause
-from slurmpolicy.model import Snapshot
+from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy import deferral, preemption, priority, reservations
 from slurmpolicy.policy.actions import (
     Action,
@@ -53,12 +58,18 @@ if TYPE_CHECKING:
 #: The steps of ``plan()`` in the order they run, as ``Plan.timings`` names them.
 STEPS = ("context", "priorities", "free_gpus", "open_preemptions", "new_preemptions",
          "reservations", "deferral", "site_factors")
+#: The steps of an ``open_only`` plan (``Plan.timings``).
+OPEN_ONLY_STEPS = ("context", "free_gpus", "open_preemptions")
 
 
 def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
          now: float, cache: PlanCache | None = None,
-         clock: Callable[[], float] | None = None) -> Plan:
+         clock: Callable[[], float] | None = None, open_only: bool = False) -> Plan:
     """What slurmpolicy would do now; every action carries its reason.
+
+    ``open_only``: move the open preemptions on and nothing else (see
+    :func:`_open_only`); the daemon asks for it between full plans while
+    victims are awaited.
 
     ``cache`` (optional) carries what one plan derived from immutable records
     to the next (see :class:`PlanCache`); the Plan is the same without it.
@@ -72,7 +83,48 @@ def plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intent
     and 16,384 nodes (``tests/bench/bench_plan.py --daemon-cycles``).
     """
     with gcpause.paused():
+        if open_only:
+            return _open_only(snapshot, fabric, settings, intents, now, cache, clock)
         return _plan(snapshot, fabric, settings, intents, now, cache, clock)
+
+
+def _open_only(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,
+               now: float, cache: PlanCache | None, clock: Callable[[], float] | None) -> Plan:
+    """Step 1 alone: signals, requeues, finishes and aborts of the open preemptions.
+
+    Why a step alone: while a preemption waits on its victims' saves the daemon
+    cycles every few seconds, and a full plan each time walked every waiting
+    job (priorities, site factors, new preemptions) for decisions that can
+    wait for the next full plan. What step 1 reads of the queue is who Slurm
+    would start on the free GPUs now (a beneficiary that fits lets its
+    preemption go): with no site factor written since the last plan, that is
+    Slurm's own order, the priorities it holds now."""
+    tick = clock if clock is not None else _untimed
+    marks = [tick()]
+    ctx = Context(snapshot, fabric, settings, intents, now, cache)
+    marks.append(tick())
+    # Jobs behind every waiting beneficiary in that order take nothing from it:
+    # only those ahead are sorted (a few, ahead of a production job).
+    waiting = [b for p in ctx.open_preemptions
+               if (b := ctx.by_id.get(p.beneficiary)) is not None and b.is_pending]
+    ahead: list[Job] = []
+    if waiting:
+        last = max(map(_slurm_key, waiting))
+        floor = -last[0]
+        ahead = sorted((j for j in ctx.pending if j.priority >= floor and _slurm_key(j) <= last),
+                       key=_slurm_key)
+    ctx.assign_free(ahead)
+    marks.append(tick())
+    actions = preemption.advance_all(ctx)
+    marks.append(tick())
+    return Plan(actions=tuple(actions),
+                timings=({step: marks[i + 1] - marks[i] for i, step in enumerate(OPEN_ONLY_STEPS)}
+                         if clock is not None else {}))
+
+
+def _slurm_key(job: Job) -> tuple[int, float, int]:
+    """Slurm's queue order: higher priority first, then the earlier submit, the lower id."""
+    return (-job.priority, job.submit_time or 0.0, job.job_id)
 
 
 def _plan(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Intents,

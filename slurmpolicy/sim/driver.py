@@ -157,7 +157,15 @@ class PolicyDriver:
         return self.open
 
     def should_plan(self) -> bool:
-        if self.open or self.sim.now - self.last_plan >= self.refresh:
+        return self.open or self._full_due()
+
+    def _full_due(self) -> bool:
+        """A full plan is due: ``refresh`` passed since the last one, or a job of
+        an urgent class (its doorbell) waits for its first. Otherwise an open
+        preemption's cycle moves it on alone (``plan(open_only=True)``), as the
+        daemon's cycles between full plans do (``refresh`` stands for the
+        daemon's ``interval`` here)."""
+        if self.sim.now - self.last_plan >= self.refresh:
             return True
         by_id = self.sim.by_id
         return any(by_id[i].state == 0 for i in self._new_urgent)
@@ -188,7 +196,8 @@ class PolicyDriver:
 
     # --- one cycle ---------------------------------------------------------------------
     def cycle(self) -> None:
-        if not self.should_plan():
+        full = self._full_due()
+        if not full and not self.open:
             self.sim.changed = True  # keep the change pending until we plan
             return
         from slurmpolicy.policy import fairshare
@@ -204,14 +213,18 @@ class PolicyDriver:
         intents = replace(self.intents, usage=usage, usage_at=now)
         t2 = process_time()
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
-                            cache=self.plan_cache, clock=process_time)
+                            cache=self.plan_cache, clock=process_time, open_only=not full)
         self.plan_cpu += process_time() - t2
         steps = self.plan_steps
         for step, seconds in plan.timings.items():
             steps[step] = steps.get(step, 0.0) + seconds
         sim.plan_calls += 1
-        self.last_plan = sim.now
-        self._new_urgent.clear()
+        if full:
+            self.last_plan = sim.now
+            self._new_urgent.clear()
+        else:
+            sim.open_only_plans += 1
+            sim.changed = True  # what else changed waits for the next full plan
         done = self.within_budget(plan.actions)
         if len(done) < len(plan.actions) or plan.held_back:
             # What the executor leaves for the next cycle never reaches the

@@ -18,7 +18,8 @@ checkpoint model, and the three modes:
   changed), and while a signalled victim awaits its requeue, at the first of
   the daemon's looks at the victims (every ``daemon.ack_poll`` seconds; its
   cycles every ``daemon.preemption_poll`` when that is 0) that sees its ack,
-  its end or its deadline; its actions
+  its end or its deadline (the driver decides which cycles plan in full and
+  which only move open preemptions on: sim/driver.py); its actions
   are applied with Slurm's semantics and ``apply_to_intents`` keeps the
   intents, as the daemon's journal would.
 
@@ -400,6 +401,9 @@ class RawResult:
     multi_in_nvlink: int
     plan_calls: int
     wall_seconds: float = 0.0
+    #: slurmpolicy mode: of ``plan_calls``, those that only moved open
+    #: preemptions on (``plan(open_only=True)``).
+    open_only_plans: int = 0
     #: CPU seconds of the replay (the build machine is shared: wall time varies).
     cpu_seconds: float = 0.0
     peak_rss_mb: float = 0.0
@@ -482,6 +486,7 @@ class Simulator:
         self.finished = 0
         self.changed = True
         self.plan_calls = 0
+        self.open_only_plans = 0
         #: CPU seconds spent in backfill passes (RawResult.cpu_parts).
         self.bf_cpu = 0.0
         self.events = 0
@@ -610,7 +615,8 @@ class Simulator:
             busy_gpu_seconds=self._busy_acc, busy_until_last_arrival=busy_at_last_arrival,
             last_arrival=last_arrival, makespan=self.now, series=self.series,
             multi_node=self.multi[0], multi_in_leaf=self.multi[1], multi_in_nvlink=self.multi[2],
-            plan_calls=self.plan_calls, events=self.events,
+            plan_calls=self.plan_calls, open_only_plans=self.open_only_plans,
+            events=self.events,
             benefit_delays=self.benefit_delays, backfill_passes=self.bf_passes,
             backfill_reservations=self.bf_reservations,
             cpu_parts={"backfill": self.bf_cpu, **(self.driver.cpu_parts()

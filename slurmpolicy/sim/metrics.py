@@ -152,6 +152,7 @@ def summarize(raw: RawResult) -> dict[str, Any]:
                                      if raw.multi_node else None),
         "makespan_hours": raw.makespan / 3600.0,
         "plan_calls": raw.plan_calls,
+        "open_only_plans": raw.open_only_plans,
         "actions": dict(raw.actions),
         "over_budget_cycles": raw.over_budget_cycles,
         "deferred_actions": raw.deferred_actions,

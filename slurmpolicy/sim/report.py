@@ -172,6 +172,8 @@ def render(console: Any, grid: Sequence[Task], outcomes: Sequence[Outcome],
                                                  f"targets at load x{g.load:g}{tag}"))
         for s in g.summaries:
             plan = f", {s['plan_calls']:,.0f} plan() calls" if s["plan_calls"] else ""
+            if s.get("open_only_plans"):
+                plan += f" ({s['open_only_plans']:,.0f} of them open preemptions only)"
             if s.get("over_budget_cycles"):
                 plan += (f", {s['over_budget_cycles']:,.0f} of them over the Slurm call budget"
                          f" ({s['deferred_actions']:,.0f} actions left for a later cycle)")

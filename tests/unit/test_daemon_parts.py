@@ -672,3 +672,83 @@ def test_daemon_steers_through_warnings_and_keeps_the_last_good_fabric(tmp_path:
         assert "switch cycle" in decisions[1][1] and "last good fabric (4 hosts)" in decisions[1][1]
     finally:
         d.close()
+
+
+def _open_preemption() -> tuple[object, object]:
+    """Intents holding one open preemption (a production job waiting for its
+    victim's save), from a plan of the scenario builder; and that builder."""
+    from slurmpolicy.policy import apply_to_intents, plan
+    from slurmpolicy.policy.actions import Intents
+    from slurmpolicy.policy.scenario import ClusterBuilder
+    from slurmpolicy.policy.scenario import directives as d
+
+    b = ClusterBuilder(hosts=1)
+    b.run(101, "r", hosts=[1], admin_comment=d("research", "USR1", grace=120))
+    b.pend(1, "p", admin_comment=d("production", "USR1"))
+    p = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    intents = apply_to_intents(Intents(), p, b.now)
+    assert intents.open_preemptions()
+    return intents, b
+
+
+def test_cycles_between_full_plans_only_move_open_preemptions(tmp_path: Path) -> None:
+    """While a preemption waits on its victims, the daemon cycles every
+    preemption_poll seconds: those cycles ask the planner for the open
+    preemptions alone (open_only), and a full plan comes once daemon.interval
+    has passed since the last, at once when the doorbell rang, or when a job
+    of a doorbell class came to wait."""
+    from slurmpolicy.policy.actions import Intents
+
+    intents, _ = _open_preemption()
+    calls: list[dict[str, object]] = []
+
+    def planner(snapshot: Snapshot, fabric: object, *rest: object, **kw: object) -> Plan:
+        calls.append(kw)
+        return Plan()
+
+    fresh = Snapshot(taken_at=999.0, slurm_version="x", cluster_name="c")
+    d = _daemon(tmp_path, FakeClient([fresh] * 8), planner)
+    held = [intents]
+    d.journal.load_intents = lambda now=None: held[0]  # type: ignore[union-attr,method-assign]
+    clock = [100.0]
+    d._monotonic = lambda: clock[0]
+    try:
+        results = []
+        for t in (100.0, 102.0, 104.9, 105.0, 107.0):  # interval=5
+            clock[0] = t
+            results.append(d.cycle())
+        assert [bool(kw.get("open_only")) for kw in calls] == [False, True, True, False, True]
+        assert [r.open_only for r in results] == [False, True, True, False, True]
+        assert "ok (open preemptions only) in" in d._status_line(results[1])
+        # The doorbell rang: the next cycle is a full plan.
+        d._bell_rang = True
+        assert not d.cycle().open_only
+        assert d.cycle().open_only  # and the one after is not, within the interval
+        # No open preemption: a full plan.
+        held[0] = Intents()
+        assert not d.cycle().open_only
+    finally:
+        d.close()
+
+
+def test_a_new_job_of_a_doorbell_class_gets_a_full_plan(tmp_path: Path) -> None:
+    """Without the doorbell (plugin.doorbell off, or a submit the plugin did not
+    see), a production job that came to wait since the last full plan is
+    planned for at the next cycle; a new research job waits for the interval."""
+    from slurmpolicy.policy.scenario import directives as dirs
+
+    intents, b = _open_preemption()
+    d = _daemon(tmp_path, FakeClient([]), lambda *a, **k: Plan())
+    d._monotonic = lambda: 101.0
+    d._last_full = 100.0
+    try:
+        d._waiting_at_full = {1}
+        assert d._open_only(intents, b.snapshot())  # type: ignore[arg-type]
+        b.pend(7, "r", admin_comment=dirs("research", "USR1"))
+        assert d._open_only(intents, b.snapshot())  # type: ignore[arg-type]
+        b.pend(8, "p", admin_comment=dirs("production", "USR1"))
+        assert not d._open_only(intents, b.snapshot())  # type: ignore[arg-type]
+        d._waiting_at_full = {1, 7, 8}
+        assert d._open_only(intents, b.snapshot())  # type: ignore[arg-type]
+    finally:
+        d.close()

@@ -602,3 +602,54 @@ def test_what_moves_a_signalled_victim_on_as_the_daemons_look_reads_it():
     assert victim_moved(replace(job, state=JobState.PENDING), *args) == "gone"
     assert victim_moved(replace(job, restart_count=1), *args) == "gone"
     assert victim_moved(job, 0, now - 30, now - 1, now) == "deadline"
+
+
+# --- open_only: the cycles between full plans ----------------------------------------
+def test_open_only_moves_the_open_preemptions_on_and_nothing_else():
+    """The same steps for the open preemption as a full plan's, and none of
+    the rest: a new waiting job gets its site factor only from a full plan."""
+    from slurmpolicy.policy.plan import OPEN_ONLY_STEPS
+
+    b = one_victim_cluster()
+    intents, _ = started(b)
+    b.pend(3, "r", admin_comment=d("research", "USR1"))
+    b.replace_job(101, comment=f"ckpt:{b.now + 20:.0f}")
+    whole = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 25)
+    light = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 25, open_only=True,
+                 clock=lambda: 0.0)
+    (rq,) = [a for a in whole.actions if isinstance(a, Requeue)]
+    assert [a for a in whole.actions if getattr(a, "job_id", None) == 3]  # its site factor
+    assert light.actions == (rq,)
+    assert tuple(light.timings) == OPEN_ONLY_STEPS
+    assert light.fragmented_since is None  # the journal keeps what it has
+
+
+def test_open_only_free_gpus_go_by_slurms_own_order():
+    """Between full plans no site factor was written: who takes a GPU that
+    frees is who Slurm ranks first now. A research job Slurm ranks above the
+    production beneficiary takes it, and the preemption goes on; the next full
+    plan ranks them by class (its site factors) and lets the beneficiary go."""
+    b = ClusterBuilder(hosts=4)
+    for i in (1, 2, 3, 4):
+        b.run(100 + i, "r", hosts=[i], admin_comment=d("research", "USR1", grace=120))
+    b.pend(1, "p", gpus_per_node=1, priority=3000, admin_comment=PROD)
+    p1 = plan(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    (start,) = starts(p1)
+    intents = apply_to_intents(Intents(), p1, b.now)
+    spare = next(i for i in (1, 2, 3, 4) if b.host(i) not in start.nodes)
+    b.jobs = [j for j in b.jobs if j.job_id != 100 + spare]
+    b.run(200, "r", hosts=[spare], gpus_per_node=7, admin_comment=d("research", "USR1"))
+    b.pend(9, "r", gpus_per_node=1, priority=5000, admin_comment=d("research", "USR1"))
+
+    def aborted(p):
+        return [a for a in p.actions if isinstance(a, FinishPreemption) and a.aborted]
+
+    light = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 5, open_only=True)
+    assert not aborted(light)
+    whole = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 5)
+    assert len(aborted(whole)) == 1 and "beneficiary 1 no longer needs it" in \
+        aborted(whole)[0].reason
+    # With the research job gone, Slurm's order gives the GPU to the beneficiary.
+    b.jobs = [j for j in b.jobs if j.job_id != 9]
+    light = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 5, open_only=True)
+    assert len(aborted(light)) == 1

@@ -55,6 +55,7 @@ def test_the_speed_block_shows_the_runs_own_figures(figures, run):
     assert line.endswith("met |" if ratio <= 3 else f"**missed** by {ratio - 3:.1f}x |")
     parts = next(x for x in block.splitlines() if x.startswith("| slurmpolicy's CPU by part"))
     assert f"`plan()` {policy['cpu_parts']['plan']:.1f} s ({policy['plan_calls']:,} calls" in parts
+    assert f"{policy['open_only_plans']:,} of them open preemptions only" in parts
     steps = next(x for x in block.splitlines() if x.startswith("| `plan()` CPU by step"))
     named = re.findall(r"(\w+) [\d.]+ s", steps)
     assert sorted(named) == sorted(policy["plan_steps"])

@@ -693,3 +693,39 @@ def test_a_save_for_a_preemption_called_off_counts_as_idle_nobody_needed() -> No
     done = _one_preemption(poll=5.0, ack_poll=1.0)
     assert done.by_id[1].preemptions == 1
     assert done.by_id[1].grace_idle >= 50 and done.by_id[1].grace_idle_unused == 0
+
+
+def test_cycles_of_an_open_preemption_only_move_it_on_between_full_plans() -> None:
+    """The daemon stand-in plans in full every plan_refresh (or for a new
+    production job); the cycles of an open preemption in between ask plan()
+    for the open preemptions alone, as the daemon's cycles between full plans
+    do, and those plans hold only the preemptions' own steps."""
+    from slurmpolicy.policy.actions import (
+        DeleteReservation,
+        FinishPreemption,
+        Requeue,
+        SignalCheckpoint,
+    )
+
+    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
+    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
+                    daemon=PolicyDriver)
+    driver = sim.driver
+    assert isinstance(driver, PolicyDriver)
+    plain = driver.plan_fn
+    seen: list[tuple[bool, float, bool, set[type]]] = []
+
+    def plan_fn(*args: Any, **kw: Any) -> Any:
+        p = plain(*args, **kw)
+        since = sim.now - driver.last_plan
+        seen.append((kw["open_only"], since, driver.open, {type(a) for a in p.actions}))
+        return p
+
+    driver.plan_fn = plan_fn
+    raw = sim.run()
+    light = [s for s in seen if s[0]]
+    assert light and raw.open_only_plans == len(light) < raw.plan_calls == len(seen)
+    steps = {SignalCheckpoint, Requeue, FinishPreemption, DeleteReservation}
+    for _, since, was_open, kinds in light:
+        assert was_open and since < driver.refresh and kinds <= steps
+    assert all(j.end is not None for j in raw.jobs)  # no job lost
