@@ -90,9 +90,9 @@ class JobInfo:
     """What one Job record and the Settings determine, whatever the time: kept
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
-    __slots__ = ("blocked", "can_checkpoint", "end", "frag_key", "gpu_type", "gpus", "job",
-                 "job_class", "policy", "quota", "rank", "since", "site_base", "slurm_base",
-                 "submit", "take_key")
+    __slots__ = ("blocked", "can_checkpoint", "deferrable", "end", "frag_key", "gpu_type",
+                 "gpus", "job", "job_class", "policy", "quota", "rank", "since", "site_base",
+                 "slurm_base", "submit", "take_key")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -101,6 +101,8 @@ class JobInfo:
         self.job_class = job_class
         self.rank = job_class.rank
         self.can_checkpoint = policy.can_checkpoint
+        #: It asked for a deferral window (policy/deferral.py reads only these).
+        self.deferrable = bool(policy.defer_window)
         #: Class weight less the no-checkpoint penalty: the part of the site
         #: factor that does not move with time or fair share.
         self.site_base = job_class.weight - (
@@ -356,6 +358,9 @@ class Context:
         #: preemption's victim order keys, by job id (they read the job, now, the intents).
         self.victim_keys: dict[int, tuple[bool, bool, float, float, bool, int]] = {}
         self.pending: list[Job] = []
+        #: The pending jobs with a deferral window, in ``pending``'s order, once
+        #: priority.compute walked the queue (None before: deferral walks it).
+        self.deferrable: list[Job] | None = None
         self.running: list[Job] = []
         self.by_id: dict[int, Job] = {}
         self.pending_by_partition: dict[str, list[Job]] = {}

@@ -68,7 +68,8 @@ def deferral_actions(ctx: Context) -> list[Action]:
     actions: list[Action] = []
     known = ctx.intents.begin_times
     infos = ctx.infos
-    for job in ctx.pending:
+    # A few jobs of a deep queue ask for a window: priority.compute listed them.
+    for job in ctx.pending if ctx.deferrable is None else ctx.deferrable:
         info = infos.get(job.job_id)
         policy = info.policy if info is not None and info.job is job else ctx.policy(job)
         if not policy.defer_window or job.is_held:

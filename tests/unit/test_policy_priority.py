@@ -264,6 +264,27 @@ def test_deferrable_job_held_until_its_window():
     assert "deferred to window 'night' (cost 0.4)" in acts[0].reason
 
 
+def test_deferral_reads_the_jobs_priorities_listed_as_deferrable():
+    """priority.compute lists the waiting jobs with a window as it walks the
+    queue; deferral walks those alone, with the answer a walk of every
+    waiting job gives."""
+    from slurmpolicy.policy import deferral, priority
+    from slurmpolicy.policy.context import Context
+
+    s = from_mapping(NIGHT)
+    b = ClusterBuilder(hosts=2, now=1_800_000_000.0)  # 08:00 UTC
+    busy(b)
+    for i in range(1, 9):
+        b.pend(i, "a", admin_comment=d("research", defer="night") if i % 3 == 0
+               else d("research"))
+    ctx = Context(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    assert ctx.deferrable is None
+    every = deferral.deferral_actions(ctx)
+    priority.compute(ctx)
+    assert [j.job_id for j in ctx.deferrable or ()] == [3, 6]
+    assert deferral.deferral_actions(ctx) == every and [a.job_id for a in every] == [3, 6]
+
+
 def test_deferral_never_past_deadline():
     s = from_mapping(NIGHT)
     b = ClusterBuilder(hosts=2, now=1_800_000_000.0)
