@@ -85,8 +85,8 @@ def _loads(text: str) -> list[float]:
 @click.option("--plan-refresh", type=click.FloatRange(min=0), default=300.0,
               show_default=True,
               help="slurmpolicy mode: plan in full at least this often (seconds) when "
-                   "something changed (the daemon's interval); production arrivals are "
-                   "planned at their next cycle, and open preemptions move on every cycle.")
+                   "something changed, and every daemon.interval while a preemption is "
+                   "open; production arrivals are planned at their next cycle.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Replays run side by side in this many processes (default: one per "
                    "replay, at most one per core).")

@@ -160,12 +160,14 @@ class PolicyDriver:
         return self.open or self._full_due()
 
     def _full_due(self) -> bool:
-        """A full plan is due: ``refresh`` passed since the last one, or a job of
-        an urgent class (its doorbell) waits for its first. Otherwise an open
-        preemption's cycle moves it on alone (``plan(open_only=True)``), as the
-        daemon's cycles between full plans do (``refresh`` stands for the
-        daemon's ``interval`` here)."""
-        if self.sim.now - self.last_plan >= self.refresh:
+        """A full plan is due: ``refresh`` passed since the last one (while a
+        preemption is open, ``daemon.interval``: the daemon's own pace then,
+        as before open-only plans), or a job of an urgent class (its
+        doorbell) waits for its first. Otherwise an open preemption's cycle
+        (a look that saw a victim move on) moves it on alone
+        (``plan(open_only=True)``), as the daemon's cycles between full plans do."""
+        since = self.sim.now - self.last_plan
+        if since >= self.refresh or (self.open and since >= self.sim.settings.daemon.interval):
             return True
         by_id = self.sim.by_id
         return any(by_id[i].state == 0 for i in self._new_urgent)

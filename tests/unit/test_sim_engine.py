@@ -696,10 +696,12 @@ def test_a_save_for_a_preemption_called_off_counts_as_idle_nobody_needed() -> No
 
 
 def test_cycles_of_an_open_preemption_only_move_it_on_between_full_plans() -> None:
-    """The daemon stand-in plans in full every plan_refresh (or for a new
-    production job); the cycles of an open preemption in between ask plan()
-    for the open preemptions alone, as the daemon's cycles between full plans
-    do, and those plans hold only the preemptions' own steps."""
+    """The daemon stand-in plans in full every plan_refresh, every
+    daemon.interval while a preemption is open, and for a new production
+    job; the cycles of an open preemption in between (looks that saw a
+    victim move on) ask plan() for the open preemptions alone, as the
+    daemon's cycles between full plans do, and those plans hold only the
+    preemptions' own steps."""
     from slurmpolicy.policy.actions import (
         DeleteReservation,
         FinishPreemption,
@@ -727,5 +729,5 @@ def test_cycles_of_an_open_preemption_only_move_it_on_between_full_plans() -> No
     assert light and raw.open_only_plans == len(light) < raw.plan_calls == len(seen)
     steps = {SignalCheckpoint, Requeue, FinishPreemption, DeleteReservation}
     for _, since, was_open, kinds in light:
-        assert was_open and since < driver.refresh and kinds <= steps
+        assert was_open and since < sim.settings.daemon.interval and kinds <= steps
     assert all(j.end is not None for j in raw.jobs)  # no job lost
