@@ -541,15 +541,22 @@ def test_a_replay_collects_garbage_seldom_and_restores_the_thresholds() -> None:
     assert gc.get_threshold() == before
 
 
-def _replay_checking_snapshots(check: Callable[[Simulator, PolicyDriver, Any], None],
-                               ) -> RawResult:
-    """A 150-job slurmpolicy replay (periodic checkpoints, preemptions) that
-    hands every snapshot the driver takes to ``check`` before plan() reads it."""
+def _policy_replay() -> tuple[Simulator, PolicyDriver]:
+    """A 150-job slurmpolicy replay (periodic checkpoints, preemptions), not run
+    yet, and its daemon stand-in."""
     trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
     sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
                     daemon=PolicyDriver)
     driver = sim.driver
     assert isinstance(driver, PolicyDriver)
+    return sim, driver
+
+
+def _replay_checking_snapshots(check: Callable[[Simulator, PolicyDriver, Any], None],
+                               ) -> RawResult:
+    """The replay of :func:`_policy_replay`, handing every snapshot the driver
+    takes to ``check`` before plan() reads it."""
+    sim, driver = _policy_replay()
     plain = driver.snapshot
 
     def snapshot(now: float) -> Any:
@@ -709,11 +716,7 @@ def test_cycles_of_an_open_preemption_only_move_it_on_between_full_plans() -> No
         SignalCheckpoint,
     )
 
-    trace = generate(SyntheticSpec(jobs=150, seed=9, mean_interarrival=40), TraceRules(seed=9))
-    sim = Simulator(trace, Hosts.layout(6, 8, hosts_per_leaf=3), "slurmpolicy",
-                    daemon=PolicyDriver)
-    driver = sim.driver
-    assert isinstance(driver, PolicyDriver)
+    sim, driver = _policy_replay()
     plain = driver.plan_fn
     seen: list[tuple[bool, float, bool, set[type]]] = []
 
