@@ -13,10 +13,8 @@ drifts that change no order cost nothing.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_, ne
 
@@ -274,8 +272,6 @@ _job_id = attrgetter("job_id")
 _site_factor = attrgetter("site_factor")
 #: Ahead of every Slurm sort key: no job must stay ahead yet.
 _NO_KEY = (-math.inf, -math.inf, -math.inf)
-#: Walks of the order check before every changed job of a group is written.
-_MAX_PASSES = 64
 
 
 def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
@@ -308,16 +304,13 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
        policy keys, a job only has to beat the highest one, the first of them.
 
     This is the least set of writes given step 1's, and the fixpoint that
-    the order check reached before by walks of the whole queue, each raising
-    one leader per job out of order, until a walk changed nothing; after
-    ``_MAX_PASSES`` walks that had not settled it, every stale site factor
-    was written instead (a queue that far out of line written afresh), and
-    still is: each walk after the first raises a job at least, so with fewer
-    raises than ``_MAX_PASSES`` - 1 the walks settle, and with more
-    :func:`_walks` counts them over the raised jobs alone. The same jobs are
-    written; the walks are gone: on a deep queue whose site factors drifted
-    since they were written (aging) they took dozens a cycle, each over
-    every waiting job.
+    the order check first reached by walks of the whole queue, each raising
+    one leader per job out of order, until a walk changed nothing. (Those
+    walks stopped after 64 and wrote every stale site factor of the group
+    instead; that limit was kept, counted over the raised jobs, until a
+    replay of a deep queue showed it cost a tenth of the simulator's CPU,
+    and that where it struck it wrote thousands of site factors that change
+    no order, up to ``priority.max_updates_per_cycle`` a cycle.)
     """
     if keys is None:
         keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in group)
@@ -340,9 +333,7 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
             for k, st, tk, v, c in zip(keys, stale, taken, vs, cs, strict=True)]
     # Step 1, down the order, with the weakest leader's key so far (the
     # highest: a job behind it is behind them all). Nothing is chosen until
-    # the end (where the old walks gave up, every stale site factor is chosen
-    # instead).
-    at_policy_before = list(map(is_, skey, keys))
+    # the end.
     own: list[int] = []
     lead = 0
     weakest = _NO_KEY
@@ -363,7 +354,6 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
                 continue
         mend = True
     raised: list[int] = []
-    led_from: list[int] = []
     if mend:
         # Step 2, up the order. ``led_from[z]``: the first job that z leads
         # (n: none); ``first_set[q]``: the first job at or after q that sits
@@ -384,69 +374,8 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
                     at_policy = True
                     raised.append(z)
             first_set[z] = z if at_policy else first_set[z + 1]
-    # Each walk after the first raises a job at least: with fewer raises the
-    # walks settle within their limit, on these writes. Else count them, over
-    # the raised jobs alone.
-    if len(raised) < _MAX_PASSES - 1 or _walks(
-            skey, keys, led_from, raised, own, at_policy_before) < _MAX_PASSES:
-        chosen.update([ids[x] for x in own])
-        chosen.update([ids[z] for z in raised])
-    else:  # the walks gave up: every stale site factor is written
-        chosen.update(i for i, st in zip(ids, stale, strict=True) if st)
-
-
-def _walks(skey: Sequence[tuple[float, float, int]], new_key: Sequence[tuple[float, float, int]],
-           led_from: list[int], raised: list[int], own: list[int],
-           at_policy_before: list[bool]) -> int:
-    """How many walks down the order that change something the repeated walks
-    take to settle, up to :data:`_MAX_PASSES`.
-
-    A walk writes the jobs step 1 writes (the first walk only), and for each
-    job at its policy key that some leader is not ahead of (by the keys at
-    the walk's start), raises its weakest leader. That leader is always one of
-    ``raised`` (the least fixpoint's raises): it is stale and not ahead of a
-    job at its policy key. So a walk is worked out over the raised jobs still
-    at their stale keys, not the queue: their weakest-so-far along the order
-    (a staircase: each step is the weakest leader of the jobs whose leaders
-    end between it and the next step), and per step, the highest job at its
-    policy key it leads within that span (``led_from``: the first job a
-    position leads)."""
-    n = len(skey)
-    left = sorted(raised)  # still at their stale keys
-    raisers = [x for x, set_ in enumerate(at_policy_before) if set_]
-    walks = 0
-    bisect_left = bisect.bisect_left
-    while walks < _MAX_PASSES:
-        steps: list[int] = []
-        weakest = _NO_KEY
-        for w in left:
-            if skey[w] > weakest:
-                weakest = skey[w]
-                steps.append(w)
-        up = []
-        ends = [led_from[w] for w in steps[1:]]
-        if steps:
-            ends.append(n)
-        i = 0
-        for w, end in zip(steps, ends, strict=True):
-            # Steps go up the order, and so does the first job each leads.
-            i = bisect_left(raisers, led_from[w], i)
-            if i == len(raisers):
-                break
-            x = raisers[i]
-            if x < end and not skey[w] < new_key[x]:
-                up.append(w)
-        if not up and (walks or not own):
-            return walks
-        walks += 1
-        # Written in the first walk (own), or raised in this one: raisers from
-        # the next. Whole lists, not one insertion each: thousands a walk.
-        joining = up + own if walks == 1 else up
-        raisers = sorted(raisers + joining)
-        if up:
-            gone = set(up)
-            left = [w for w in left if w not in gone]
-    return walks
+    chosen.update([ids[x] for x in own])
+    chosen.update([ids[z] for z in raised])
 
 
 def site_factor_actions(ctx: Context, result: PriorityResult,

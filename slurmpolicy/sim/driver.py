@@ -109,7 +109,7 @@ class PolicyDriver:
         self.plan_cpu = 0.0
         #: CPU seconds in each step of plan() (``Plan.timings`` summed; RawResult.plan_steps).
         self.plan_steps: dict[str, float] = {}
-        self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
+        self._jobs: dict[int, tuple[tuple[Any, ...], int, Job]] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
         #: The last snapshot's running jobs, by id.
@@ -393,16 +393,15 @@ class PolicyDriver:
     def _job(self, j: SimJob, ack: float | None) -> Job:
         """The Job record of ``j`` with its latest ack ``ack`` (:meth:`_ack`):
         the one built last time while what it depends on is unchanged."""
-        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv, j.prio)
+        stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
         hit = self._jobs.get(j.id)
-        if hit is not None:
-            if hit[0] == stamp:
-                return hit[1]
-            if hit[0][:-1] == stamp[:-1]:
-                # Only Slurm's priority moved (PriorityCalcPeriod): a cheap copy.
-                job = self.plan_cache.with_priority(hit[1], j.prio)
-                self._jobs[j.id] = (stamp, job)
-                return job
+        if hit is not None and hit[0] == stamp:
+            if hit[1] == j.prio:
+                return hit[2]
+            # Only Slurm's priority moved (PriorityCalcPeriod): a cheap copy.
+            job = self.plan_cache.with_priority(hit[2], j.prio)
+            self._jobs[j.id] = (stamp, j.prio, job)
+            return job
         return self._new_job(j, stamp, ack)
 
     def _new_job(self, j: SimJob, stamp: tuple[Any, ...], ack: float | None) -> Job:
@@ -433,7 +432,7 @@ class PolicyDriver:
             begin_time=(EPOCH + j.begin_time if j.begin_time is not None
                         and j.begin_time > self.sim.now else None),
         )
-        self._jobs[j.id] = (stamp, job)
+        self._jobs[j.id] = (stamp, j.prio, job)
         return job
 
     def snapshot(self, now: float) -> Snapshot:
@@ -462,10 +461,10 @@ class PolicyDriver:
             # Untouched, a running job's record moves with its periodic ack alone,
             # which moves only at its next periodic checkpoint.
             if known is not None and at < due.get(job_id, -math.inf):
-                jobs.append(known[1])
+                jobs.append(known[2])
                 continue
             ack = self._ack(j)
-            jobs.append(known[1] if known is not None and known[0][4] == ack
+            jobs.append(known[2] if known is not None and known[0][4] == ack
                         else self._job(j, ack))
             due[job_id] = self._ack_due_at(j)
         touched.clear()
