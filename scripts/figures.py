@@ -45,7 +45,7 @@ WAITED_LOADS = "2,3"
 #: The rows of the figures' table the waited run shows, beside the defaults'.
 WAITED_ROWS = ("mean JCT", "research wait mean / p50 / p95 / p99",
                "experimental wait mean / p50 / p95 / p99",
-               "large jobs (16+ GPUs) wait mean / p95 / max", "production p95 wait",
+               "large jobs ({large}+ GPUs) wait mean / p95 / max", "production p95 wait",
                "multi-node jobs within one leaf", "GPU allocation (first to last submission)",
                "GPU-hours idle while a victim is in grace", "replay CPU s (plan() calls)")
 #: The benchmarks that need no Slurm, whose figures README's table shows.
@@ -88,7 +88,7 @@ ROWS: list[tuple[str, Any, bool]] = [
     ("experimental wait mean / p50 / p95 / p99",
      lambda s: " / ".join(dur(s["by_class"]["experimental"]["wait"][q])
                           for q in ("mean", "p50", "p95", "p99")), False),
-    ("large jobs (16+ GPUs) wait mean / p95 / max",
+    ("large jobs ({large}+ GPUs) wait mean / p95 / max",
      lambda s: " / ".join([*(dur(s["large"]["wait"][q]) for q in ("mean", "p95")),
                            dur(s["large"]["wait_max"])]), False),
     ("production p95 wait", lambda s: dur(s["by_class"]["production"]["wait"]["p95"]), True),
@@ -148,6 +148,11 @@ def groups(data: dict[str, Any]) -> list[dict[str, Any]]:
              "modes": [(s["mode"], s, s, s) for s in g["modes"]]} for g in data["loads"]]
 
 
+def row_label(name: str, summary: dict[str, Any]) -> str:
+    """A row's name as shown: ``{large}`` is the run's reservations.large_job_gpus."""
+    return name.format(large=summary["large"]["gpus"])
+
+
 def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
     """(full tables for docs/simulate.md, the targets table for README)."""
     loads = groups(data)
@@ -157,7 +162,7 @@ def tables(data: dict[str, Any], head: str) -> tuple[str, str]:
     for name, get, spread in ROWS:
         cells = [_cell(get, mean, low, high, spread)
                  for g in loads for _, mean, low, high in g["modes"]]
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append(f"| {row_label(name, loads[0]['modes'][0][1])} | " + " | ".join(cells) + " |")
     # Each seed's ratio beside the mean's, so that a target met on the mean
     # but missed on a seed (or the reverse) shows.
     per_seed: dict[tuple[float, int], list[str]] = {}
@@ -242,7 +247,7 @@ def waited_block(data: dict[str, Any], base: dict[str, Any], rev: str, wall: flo
     out = [head, "", "| measure | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for name in WAITED_ROWS:
         get, spread = rows[name]
-        out.append(f"| {name} | " + " | ".join(
+        out.append(f"| {row_label(name, cells[0][0])} | " + " | ".join(
             _cell(get, mean, low, high, spread) for mean, low, high in cells) + " |")
     return "\n".join(out)
 

@@ -328,3 +328,22 @@ def test_the_stored_targets_are_what_todays_rules_judge(name):
         means = [m["mean"] for m in group["modes"]]
         assert metrics.targets(means[0], means[-1]) == group["targets"], (
             f"x{group['load']:g} across seeds: " + _STALE.format(name))
+
+
+def test_the_large_jobs_row_names_the_runs_own_size(figures):
+    """The large-jobs row says the size the run counted (reservations.large_job_gpus),
+    not a number written into the script."""
+    data = _stored("simulate")
+    data.pop("commit"), data.pop("wall_seconds", None)
+    gpus = data["loads"][0]["modes"][0]["large"]["gpus"]
+    other = {**data, "loads": [{**case, "modes": [{**m, "large": {**m["large"], "gpus": 32}}
+                                                  for m in case["modes"]]}
+                               for case in data["loads"]],
+             **({"across_seeds": [{**g, "modes": [
+                 {**m, **{k: {**m[k], "large": {**m[k]["large"], "gpus": 32}}
+                          for k in ("mean", "min", "max")}} for m in g["modes"]]}
+                 for g in data["across_seeds"]]} if "across_seeds" in data else {})}
+    shown, _ = figures.tables(data, "head")
+    moved, _ = figures.tables(other, "head")
+    assert f"| large jobs ({gpus}+ GPUs) wait mean / p95 / max |" in shown
+    assert "| large jobs (32+ GPUs) wait mean / p95 / max |" in moved
