@@ -44,7 +44,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -181,9 +181,14 @@ class Daemon:
     def __init__(self, settings: Settings, *, settings_path: str | None = None,
                  client: SlurmClient | None = None, dry_run: bool = False,
                  planner: Planner | None = None, fabric_loader: FabricLoader | None = None,
-                 clock: Callable[[], float] = time.time, serve_metrics: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, serve_metrics: bool = True,
+                 notices: Sequence[str] = ()) -> None:
         self.settings = settings
         self.settings_path = settings_path
+        #: What the settings file sets that its other keys make do nothing
+        #: (settings.load_with_notices, of the reading that gave ``settings``):
+        #: logged at start, and again for each reload's reading.
+        self._notices = tuple(notices)
         self.dry_run = dry_run
         self.clock = clock
         self.client = client
@@ -515,7 +520,7 @@ class Daemon:
 
     def _log_notices(self) -> None:
         """Log the settings file's keys that its other keys make do nothing."""
-        for note in settings_mod.notices(self.settings_path):
+        for note in self._notices:
             log.warning("%s", note)
 
     # ---------------------------------------------------------------- cycle
@@ -526,7 +531,7 @@ class Daemon:
         log.info("SIGHUP: settings and fabric are read again")
         self.notifier.reloading()
         try:
-            fresh = settings_mod.load(self.settings_path)
+            fresh, notices = settings_mod.load_with_notices(self.settings_path)
         except ConfigError as exc:
             log.error("settings not reloaded, keeping the last good ones: %s", exc)
             self.metrics.settings_refused(str(exc))
@@ -547,6 +552,7 @@ class Daemon:
                     self.doorbell.prepare(slurm_conf_path())
                 self.doorbell.cycle_started(self._monotonic())
             self.settings = fresh
+            self._notices = tuple(notices)
             self._last_full = None  # the next plan is a full one, under the new settings
             if self.executor is not None:
                 self.executor.settings = fresh

@@ -651,14 +651,19 @@ def _target(path: str | os.PathLike[str] | None) -> Path:
 
 def notices(path: str | os.PathLike[str] | None = None) -> list[str]:
     """What the settings file sets that its other keys make do nothing, each a
-    sentence naming the file, the key and what to do (``config check`` prints
-    them, the daemon logs them); [] when there is no file to read (``load``
-    says what is wrong with one that cannot be read)."""
+    sentence naming the file, the key and what to do; [] when there is no file
+    to read (``load`` says what is wrong with one that cannot be read). A caller
+    that loads the file too wants :func:`load_with_notices`, which reads it once."""
     target = _target(path)
     try:
         data = tomllib.loads(target.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
+    return _notices_of(data, target)
+
+
+def _notices_of(data: Mapping[str, Any], target: Path) -> list[str]:
+    """:func:`notices` of the file ``target`` parsed into ``data``."""
     out: list[str] = []
     res = data.get("reservations")
     # Before reserve_after_wait existed, starvation_wait alone turned the rule
@@ -679,16 +684,23 @@ def load(path: str | os.PathLike[str] | None = None) -> Settings:
     A missing default file gives the shipped defaults; a missing file that was
     asked for by name is an error.
     """
+    return load_with_notices(path)[0]
+
+
+def load_with_notices(path: str | os.PathLike[str] | None = None,
+                      ) -> tuple[Settings, list[str]]:
+    """:func:`load`, and the :func:`notices` of the same reading of the file
+    (``config check`` prints them, the daemon logs them at start and reload)."""
     explicit = path is not None or ENV_PATH in os.environ
     target = _target(path)
     if not target.exists():
         if explicit:
             raise ConfigError(f"{target}: settings file not found")
-        return Settings()
+        return Settings(), []
     try:
         data = tomllib.loads(target.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{target}: not valid TOML: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"{target}: cannot read: {exc.strerror}") from exc
-    return from_mapping(data, str(target))
+    return from_mapping(data, str(target)), _notices_of(data, target)

@@ -21,9 +21,9 @@ def config() -> None:
 def check(path: str) -> None:
     """Validate PATH; print what is wrong (file, key, expectation) or 'ok', and a
     note for each key that its other keys make do nothing."""
-    settings_mod.load(path)
+    _, notes = settings_mod.load_with_notices(path)
     click.echo(f"{path}: ok")
-    for note in settings_mod.notices(path):
+    for note in notes:
         click.echo(f"note: {inert(note)}")
 
 

@@ -139,7 +139,8 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
 
     from slurmpolicy.daemon.loop import Daemon
 
-    loaded, path = _settings(ctx)
+    path = ctx.obj.get("config_path") if ctx.obj else None
+    loaded, notices = settings_mod.load_with_notices(path)
     if state_dir is not None:
         loaded = msgspec.structs.replace(
             loaded, daemon=msgspec.structs.replace(loaded.daemon, state_dir=state_dir))
@@ -151,7 +152,7 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
     logging.basicConfig(handlers=[handler],
                         level=logging.INFO if verbose or not once else logging.WARNING)
     runner = Daemon(loaded, settings_path=path, dry_run=dry_run,
-                    serve_metrics=not no_metrics)
+                    serve_metrics=not no_metrics, notices=notices)
     return runner.run(once=once)
 
 

@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,24 @@ def test_config_check_notes_a_starvation_wait_that_does_nothing(tmp_path: Path) 
     # The shipped example says what it wants.
     example = Path(__file__).parents[2] / "contrib" / "slurmpolicy.toml"
     assert settings.notices(example) == []
+
+
+def test_settings_and_their_notices_come_from_one_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon and ``config check`` load a file and say what it sets that does
+    nothing from the same reading: a file rewritten between two reads (a reload
+    racing an editor) cannot give settings of one text and notes of another."""
+    path = tmp_path / "old.toml"
+    path.write_text('[reservations]\nstarvation_wait = "2h"\n')
+    reads: list[Path] = []
+    real = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    loaded, notes = settings.load_with_notices(path)
+    assert reads == [path]
+    assert loaded.reservations.starvation_wait == 7200
+    assert len(notes) == 1 and "reserve_after_wait = true" in notes[0]
