@@ -75,10 +75,9 @@ from slurmpolicy.errors import (
     SlurmUnavailable,
     TopologyError,
 )
-from slurmpolicy.jobpolicy import parse_admin_comment
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import Intents, VictimState
-from slurmpolicy.policy.classes import resolve_class
+from slurmpolicy.policy.classes import class_of
 from slurmpolicy.policy.fairshare import advance_usage
 from slurmpolicy.policy.preemption import victim_moved
 from slurmpolicy.settings import Settings, doorbell_classes
@@ -712,9 +711,8 @@ class Daemon:
         if urgent:
             seen = self._waiting_at_full
             for job in snapshot.jobs:
-                if job.is_pending and job.job_id not in seen and resolve_class(
-                        self.settings, parse_admin_comment(job.admin_comment),
-                        job.account).name in urgent:
+                if (job.is_pending and job.job_id not in seen
+                        and class_of(self.settings, job).name in urgent):
                     return False
         return True
 

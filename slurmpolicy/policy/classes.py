@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmpolicy.jobpolicy import JobPolicy
+from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
+from slurmpolicy.model import Job
 from slurmpolicy.settings import PriorityClass, Settings
 
 
@@ -45,6 +46,15 @@ def resolve_class(settings: Settings, policy: JobPolicy, account: str) -> JobCla
         return JobClass(default.name, default.spec,
                         f"unknown class {asked!r}; using {settings.default_class!r}")
     return default
+
+
+def class_of(settings: Settings, job: Job) -> JobClass:
+    """The class the planner gives ``job`` (``Context.job_class``, which keeps the
+    answer per record), for a reader without a Context: the daemon asking
+    whether a newly waiting job is of a doorbell class between full plans.
+    The class is read from the ``--class`` of its admin comment and its account
+    alone; the checkpoint protocol the planner learns never changes it."""
+    return resolve_class(settings, parse_admin_comment(job.admin_comment), job.account)
 
 
 def lowest_preemptible_rank(settings: Settings) -> int | None:
