@@ -79,6 +79,7 @@ _set_slot = MemberDescriptorType.__set__
 _start_time = attrgetter("start_time")
 _job_id = attrgetter("job_id")
 _partition = attrgetter("partition")
+_account = attrgetter("account")
 _set_priority = Job.__dict__["priority"].__set__
 
 
@@ -459,7 +460,7 @@ class Context:
                               and (tail := r.name[len(self.prefix) + 4:]).isdigit()}
         self._later_for: dict[tuple[int, str, int, str], frozenset[str]] = {}
         self.fairshare = fairshare.compute(
-            settings, (j.account for j in self.pending), self.running, self.total_gpus,
+            settings, map(_account, self.pending), self.running, self.total_gpus,
             intents.usage, intents.usage_at, now)
         self.track_preemptions(intents.open_preemptions())
         self._domain_of: dict[Level, dict[str, str]] = {}
