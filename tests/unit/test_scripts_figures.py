@@ -347,3 +347,21 @@ def test_the_large_jobs_row_names_the_runs_own_size(figures):
     moved, _ = figures.tables(other, "head")
     assert f"| large jobs ({gpus}+ GPUs) wait mean / p95 / max |" in shown
     assert "| large jobs (32+ GPUs) wait mean / p95 / max |" in moved
+
+
+def test_the_speed_block_shows_the_median_run_and_every_runs_ratio(figures, run):
+    """The ratio of two runs of the same code moves by up to 1x on a shared
+    machine: the block is the median run's, with every run's ratio beside."""
+    runs = [{"cpu": 120.0, "baseline_cpu": 30.0, "wall_seconds": 130.0},   # 4.0x
+            {"cpu": 100.0, "baseline_cpu": 31.25, "wall_seconds": 118.0},  # 3.2x
+            {"cpu": 108.0, "baseline_cpu": 30.0, "wall_seconds": 125.0}]   # 3.6x
+    assert figures.median_run(runs) == 2
+    assert figures.median_run(runs[:2]) == 1  # even: the lower middle
+    assert figures.median_run(runs[:1]) == 0
+    data, wall = run
+    block = figures.speed_block({**data, "runs": runs}, wall, "abc1234", "here")
+    assert "run 3 times, the figures below are the median run by CPU ratio." in block
+    row = next(x for x in block.splitlines() if x.startswith("| every run: CPU ratio"))
+    assert "4.0x (2 min 10 s), 3.2x (1 min 58 s), 3.6x (2 min 5 s)" in row
+    single = figures.speed_block(data, wall, "abc1234", "here")
+    assert "every run" not in single and "median" not in single
