@@ -649,21 +649,10 @@ def _target(path: str | os.PathLike[str] | None) -> Path:
     return Path(path if path is not None else os.environ.get(ENV_PATH, DEFAULT_PATH))
 
 
-def notices(path: str | os.PathLike[str] | None = None) -> list[str]:
-    """What the settings file sets that its other keys make do nothing, each a
-    sentence naming the file, the key and what to do; [] when there is no file
-    to read (``load`` says what is wrong with one that cannot be read). A caller
-    that loads the file too wants :func:`load_with_notices`, which reads it once."""
-    target = _target(path)
-    try:
-        data = tomllib.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return []
-    return _notices_of(data, target)
-
-
 def _notices_of(data: Mapping[str, Any], target: Path) -> list[str]:
-    """:func:`notices` of the file ``target`` parsed into ``data``."""
+    """What the settings file ``target`` (parsed into ``data``) sets that its other
+    keys make do nothing, each a sentence naming the file, the key and what to
+    do (:func:`load_with_notices` hands them on)."""
     out: list[str] = []
     res = data.get("reservations")
     # Before reserve_after_wait existed, starvation_wait alone turned the rule
@@ -689,8 +678,9 @@ def load(path: str | os.PathLike[str] | None = None) -> Settings:
 
 def load_with_notices(path: str | os.PathLike[str] | None = None,
                       ) -> tuple[Settings, list[str]]:
-    """:func:`load`, and the :func:`notices` of the same reading of the file
-    (``config check`` prints them, the daemon logs them at start and reload)."""
+    """:func:`load`, and what the same reading of the file sets that its other keys
+    make do nothing (``config check`` prints them, the daemon logs them at start
+    and reload); no notes without a file."""
     explicit = path is not None or ENV_PATH in os.environ
     target = _target(path)
     if not target.exists():

@@ -29,8 +29,13 @@ from slurmpolicy.errors import SlurmPolicyError
 from slurmpolicy.inert import inert
 
 
+def _config_path(ctx: click.Context) -> str | None:
+    """The settings file named with -c (or None: $SLURMPOLICY_CONFIG, else the default)."""
+    return ctx.obj.get("config_path") if ctx.obj else None
+
+
 def _settings(ctx: click.Context) -> tuple[settings_mod.Settings, str | None]:
-    path = ctx.obj.get("config_path") if ctx.obj else None
+    path = _config_path(ctx)
     return settings_mod.load(path), path
 
 
@@ -139,7 +144,7 @@ def run(ctx: click.Context, once: bool, dry_run: bool, state_dir: str | None,
 
     from slurmpolicy.daemon.loop import Daemon
 
-    path = ctx.obj.get("config_path") if ctx.obj else None
+    path = _config_path(ctx)
     loaded, notices = settings_mod.load_with_notices(path)
     if state_dir is not None:
         loaded = msgspec.structs.replace(

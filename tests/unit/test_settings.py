@@ -192,7 +192,7 @@ def test_config_check_notes_a_starvation_wait_that_does_nothing(tmp_path: Path) 
         assert out.exit_code == 0 and out.output == f"{old}: ok\n", (text, out.output)
     # The shipped example says what it wants.
     example = Path(__file__).parents[2] / "contrib" / "slurmpolicy.toml"
-    assert settings.notices(example) == []
+    assert settings.load_with_notices(example)[1] == []
 
 
 def test_settings_and_their_notices_come_from_one_reading(
