@@ -10,14 +10,10 @@ the fabric per job. ``plan()`` and ``explain()`` both build one.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from bisect import bisect_left, insort
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from itertools import repeat
 from operator import attrgetter
-from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
@@ -66,20 +62,11 @@ def job_gpus_per_node(job: Job) -> int:
     return 0
 
 
-#: Job's fields, for PlanCache.with_priority's copy.
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
-# The copy reads every field but the priority in one call and writes them
-# through their slot descriptors in one more: a loop over 42 fields in C, not
-# in Python (a third of the copy's time; the simulator makes one per waiting
-# job and PriorityCalcPeriod).
-_OTHER_FIELDS = tuple(f for f in _JOB_FIELDS if f != "priority")
-_read_others = attrgetter(*_OTHER_FIELDS)
-_other_slots = tuple(Job.__dict__[f] for f in _OTHER_FIELDS)
-_set_slot = MemberDescriptorType.__set__
 _start_time = attrgetter("start_time")
 _job_id = attrgetter("job_id")
 _partition = attrgetter("partition")
 _account = attrgetter("account")
+#: The priority slot of the frozen Job record (PlanCache.set_priority).
 _set_priority = Job.__dict__["priority"].__set__
 
 
@@ -190,19 +177,20 @@ class PlanCache:
         self.class_by_key: dict[tuple[str | None, str], JobClass] = {}
         self.partitions: dict[str, list[str]] = {}
 
-    def with_priority(self, job: Job, priority: int) -> Job:
-        """A copy of ``job`` with Slurm's ``priority`` changed, and what the cache
-        derived from ``job`` now held for the copy: nothing here reads the
-        priority, which Slurm changes for every pending job each
-        PriorityCalcPeriod."""
-        new = object.__new__(Job)  # a frozen record: filled as its __init__ would
-        deque(map(_set_slot, _other_slots, repeat(new), _read_others(job)), maxlen=0)
-        _set_priority(new, priority)
+    def set_priority(self, job: Job, priority: int) -> None:
+        """Give ``job`` Slurm's new ``priority`` in place, and what the cache
+        derived from it (its ``slurm_base``) with it.
+
+        For a reader that keeps its records from one snapshot to the next (the
+        simulator: Slurm changes every waiting job's priority each
+        PriorityCalcPeriod, and a copy of each record was half of a deep
+        queue's snapshot). The record stays the one the cache holds, so nothing
+        derived from it may read its priority but ``slurm_base``, which is
+        set here; no earlier snapshot may be read again after the call."""
+        _set_priority(job, priority)
         info = self.jobs.get(job.job_id)
         if info is not None and info.job is job:
-            info.job = new
-            info.slurm_base = priority - new.site_factor
-        return new
+            info.slurm_base = priority - job.site_factor
 
     def bind(self, settings: Settings, jobs: int, nodes: int) -> None:
         """Use the cache for a plan under ``settings`` over so many jobs and nodes:

@@ -396,11 +396,13 @@ class PolicyDriver:
         stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
-            if hit[1] == j.prio:
-                return hit[2]
-            # Only Slurm's priority moved (PriorityCalcPeriod): a cheap copy.
-            job = self.plan_cache.with_priority(hit[2], j.prio)
-            self._jobs[j.id] = (stamp, j.prio, job)
+            job = hit[2]
+            if hit[1] != j.prio:
+                # Only Slurm's priority moved (PriorityCalcPeriod, every waiting
+                # job at once): set in the record, which no one reads again as
+                # it was (the last snapshot is gone), not copied.
+                self.plan_cache.set_priority(job, j.prio)
+                self._jobs[j.id] = (stamp, j.prio, job)
             return job
         return self._new_job(j, stamp, ack)
 

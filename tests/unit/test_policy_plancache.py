@@ -74,21 +74,24 @@ def test_cache_follows_the_settings() -> None:
     assert got != plan(snapshot, fabric, first, Intents(), b.now)
 
 
-def test_with_priority_copies_the_record_and_keeps_what_was_derived() -> None:
+def test_set_priority_moves_the_record_and_what_was_derived_from_it() -> None:
     b = cluster()
     snapshot = b.snapshot()
     settings = Settings()
     cache = PlanCache()
-    plan(snapshot, b.fabric(), settings, Intents(), b.now, cache=cache)
-    old = next(j for j in snapshot.jobs if j.job_id == 2)
+    first = plan(snapshot, b.fabric(), settings, Intents(), b.now, cache=cache)
+    job = next(j for j in snapshot.jobs if j.job_id == 2)
+    before = replace(job)
     info = cache.jobs[2]
-    assert info.job is old
-    new = cache.with_priority(old, old.priority + 777)
-    assert new is not old and new.priority == old.priority + 777
-    assert new == replace(old, priority=old.priority + 777)  # every other field kept
-    assert cache.jobs[2] is info and info.job is new  # no second derivation
-    # Plans over the re-prioritised records equal plans made without a cache.
-    jobs = tuple(new if j is old else j for j in snapshot.jobs)
-    again = replace(snapshot, jobs=jobs)
-    assert plan(again, b.fabric(), settings, Intents(), b.now, cache=cache) == \
-        plan(again, b.fabric(), settings, Intents(), b.now)
+    assert info.job is job
+    cache.set_priority(job, job.priority + 777)
+    assert job.priority == before.priority + 777
+    assert job == replace(before, priority=before.priority + 777)  # every other field kept
+    assert cache.jobs[2] is info and info.job is job  # no second derivation
+    assert info.slurm_base == job.priority - job.site_factor
+    # Plans over the re-prioritised records equal plans made without a cache
+    # (a fresh snapshot holding fresh records with that priority).
+    got = plan(snapshot, b.fabric(), settings, Intents(), b.now, cache=cache)
+    fresh = replace(snapshot, jobs=tuple(replace(j) for j in snapshot.jobs))
+    assert got == plan(fresh, b.fabric(), settings, Intents(), b.now)
+    assert got != first  # the priority moved what the plan does
