@@ -454,6 +454,20 @@ class PolicyDriver:
                 pending[job_id] = self._job(j, j.ack)
             else:
                 pending.pop(job_id, None)
+        # Jobs that PriorityCalcPeriod alone touched (most of a deep queue):
+        # their records stand but for the priority.
+        set_priority = self.plan_cache.set_priority
+        for job_id in sim.repriced:
+            if job_id in touched:
+                continue
+            j = by_id[job_id]
+            hit = records.get(job_id)
+            if j.state != 0 or hit is None or hit[2] is not pending.get(job_id):
+                continue  # it started since (and was touched), or was never shown
+            if hit[1] != j.prio:
+                set_priority(hit[2], j.prio)
+                records[job_id] = (hit[0], j.prio, hit[2])
+        sim.repriced.clear()
         jobs: list[Job] = list(pending.values())
         due = self._ack_due
         at = sim.now

@@ -503,6 +503,10 @@ class Simulator:
         #: snapshot (state, run, restarts, priority, site factor, ack, begin
         #: time, reservation): the driver rebuilds only these pending records.
         self.touched: set[int] = set()
+        #: Waiting jobs given a new priority by PriorityCalcPeriod alone since
+        #: that snapshot (every one of them each time): the driver sets the
+        #: priority of those it did not rebuild.
+        self.repriced: set[int] = set()
         #: Jobs that ended since the daemon's last cycle (its journal forgets them).
         self.ended: list[int] = []
         #: clear_from results of the current backfill pass (see _earliest).
@@ -706,17 +710,19 @@ class Simulator:
         for key in self.queue:  # each waiting job's current key (set_site_factor)
             j = self.by_id[key[-1]]
             if j.state == PENDING and j.key is key:
-                self._set_key(j)
+                self._set_key(j, self.repriced)
                 keys.append(j.key)
         keys.sort()
         self.queue = keys
 
-    def _set_key(self, j: SimJob) -> None:
+    def _set_key(self, j: SimJob, changed: set[int] | None = None) -> None:
+        """``j``'s priority and queue key now; ``changed``: the set that tells the
+        daemon's snapshot (``touched`` unless the priority alone moves)."""
         age = min(self.now - j.eligible, self.slurm.max_age) / self.slurm.max_age
         j.prio = int(self.slurm.weight_age * max(0.0, age)
                      + self.slurm.weight_fairshare * self.fs_factor[j.spec.account] + j.site_factor)
         j.key = (-j.tier, -j.prio, j.spec.submit, j.id)
-        self.touched.add(j.id)
+        (self.touched if changed is None else changed).add(j.id)
 
     def _enqueue(self, j: SimJob) -> None:
         j.state = PENDING
