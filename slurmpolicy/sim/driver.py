@@ -461,12 +461,12 @@ class PolicyDriver:
             if job_id in touched:
                 continue
             j = by_id[job_id]
-            hit = records.get(job_id)
-            if j.state != 0 or hit is None or hit[2] is not pending.get(job_id):
+            kept = records.get(job_id)
+            if j.state != 0 or kept is None or kept[2] is not pending.get(job_id):
                 continue  # it started since (and was touched), or was never shown
-            if hit[1] != j.prio:
-                set_priority(hit[2], j.prio)
-                records[job_id] = (hit[0], j.prio, hit[2])
+            if kept[1] != j.prio:
+                set_priority(kept[2], j.prio)
+                records[job_id] = (kept[0], j.prio, kept[2])
         sim.repriced.clear()
         jobs: list[Job] = list(pending.values())
         due = self._ack_due
