@@ -37,6 +37,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import itemgetter
 from time import process_time
 from typing import Any, Protocol
 
@@ -138,6 +139,8 @@ def _roundup(t: float, res: float) -> float:
 
 #: clear_from's cache key: host, time, limit, reservations the job may use, claims so far.
 _ClearKey = tuple[int, float, float, frozenset[str], int]
+#: A queue key's job id.
+_last = itemgetter(-1)
 #: No reservation names.
 _NO_NAMES: frozenset[str] = frozenset()
 
@@ -706,23 +709,33 @@ class Simulator:
         total = sum(self.usage.values())
         for a, u in self.usage.items():
             self.fs_factor[a] = 2.0 ** (-(u / total) / self.share) if total > 0 else 1.0
+        # _set_key for every waiting job (each one's current key: set_site_factor
+        # moves keys in place), unrolled: the same sums, with each account's
+        # fair-share points once (the whole queue, every PriorityCalcPeriod).
+        sm = self.slurm
+        now, max_age, w_age = self.now, sm.max_age, sm.weight_age
+        fs_points = {a: sm.weight_fairshare * f for a, f in self.fs_factor.items()}
+        by_id = self.by_id
         keys = []
-        for key in self.queue:  # each waiting job's current key (set_site_factor)
-            j = self.by_id[key[-1]]
+        for key in self.queue:
+            j = by_id[key[-1]]
             if j.state == PENDING and j.key is key:
-                self._set_key(j, self.repriced)
-                keys.append(j.key)
+                age = min(now - j.eligible, max_age) / max_age
+                j.prio = prio = int(w_age * max(0.0, age) + fs_points[j.spec.account]
+                                    + j.site_factor)
+                j.key = key = (key[0], -prio, key[2], key[3])
+                keys.append(key)
+        self.repriced.update(map(_last, keys))
         keys.sort()
         self.queue = keys
 
-    def _set_key(self, j: SimJob, changed: set[int] | None = None) -> None:
-        """``j``'s priority and queue key now; ``changed``: the set that tells the
-        daemon's snapshot (``touched`` unless the priority alone moves)."""
+    def _set_key(self, j: SimJob) -> None:
+        """``j``'s priority and queue key now (:meth:`_recalc` has its own copy)."""
         age = min(self.now - j.eligible, self.slurm.max_age) / self.slurm.max_age
         j.prio = int(self.slurm.weight_age * max(0.0, age)
                      + self.slurm.weight_fairshare * self.fs_factor[j.spec.account] + j.site_factor)
         j.key = (-j.tier, -j.prio, j.spec.submit, j.id)
-        (self.touched if changed is None else changed).add(j.id)
+        self.touched.add(j.id)
 
     def _enqueue(self, j: SimJob) -> None:
         j.state = PENDING
