@@ -455,18 +455,17 @@ class PolicyDriver:
             else:
                 pending.pop(job_id, None)
         # Jobs that PriorityCalcPeriod alone touched (most of a deep queue):
-        # their records stand but for the priority.
+        # their records stand but for the priority. (Untouched, a job is still
+        # waiting; the priority kept beside its record in ``_jobs`` catches up
+        # when _job next looks, setting the same value again.)
         set_priority = self.plan_cache.set_priority
         for job_id in sim.repriced:
-            if job_id in touched:
-                continue
-            j = by_id[job_id]
-            kept = records.get(job_id)
-            if j.state != 0 or kept is None or kept[2] is not pending.get(job_id):
-                continue  # it started since (and was touched), or was never shown
-            if kept[1] != j.prio:
-                set_priority(kept[2], j.prio)
-                records[job_id] = (kept[0], j.prio, kept[2])
+            record = pending.get(job_id)
+            if record is None or job_id in touched:
+                continue  # never shown yet, or rebuilt above
+            prio = by_id[job_id].prio
+            if record.priority != prio:
+                set_priority(record, prio)
         sim.repriced.clear()
         jobs: list[Job] = list(pending.values())
         due = self._ack_due
