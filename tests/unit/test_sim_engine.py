@@ -645,6 +645,9 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
     from slurmpolicy.model import JobState
 
     seen: list[int] = []
+    #: Per job: its last record and the priority that record showed then.
+    shown: dict[int, tuple[Any, int]] = {}
+    repriced: list[int] = []
 
     def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
         queued = set(_queued_ids(sim))
@@ -654,11 +657,21 @@ def test_the_snapshot_shows_every_waiting_job_as_it_is_now() -> None:
             j = sim.by_id[job_id]
             assert (record.priority, record.site_factor, record.reservation) == (
                 j.prio, j.site_factor, j.resv or "")
+            # A record kept across PriorityCalcPeriod takes the new priority in
+            # place, and what the plan cache derived from it moves with it.
+            info = driver.plan_cache.jobs.get(job_id)
+            if info is not None and info.job is record:
+                assert info.slurm_base == record.priority - record.site_factor
+            before = shown.get(job_id)
+            if before is not None and before[0] is record and before[1] != record.priority:
+                repriced.append(job_id)
+            shown[job_id] = (record, record.priority)
         assert [r.job_id for r in snap.jobs] == sorted(r.job_id for r in snap.jobs)
         seen.append(len(waiting))
 
     raw = _replay_checking_snapshots(check)
     assert len(seen) > 10 and max(seen) > 5
+    assert repriced  # the in-place path ran
     assert sum(j.preemptions for j in raw.jobs) > 0  # requeues went back to the queue
 
 
