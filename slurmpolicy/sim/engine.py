@@ -508,7 +508,9 @@ class Simulator:
         self.touched: set[int] = set()
         #: Waiting jobs given a new priority by PriorityCalcPeriod alone since
         #: that snapshot (every one of them each time): the driver sets the
-        #: priority of those it did not rebuild.
+        #: priority of those it did not rebuild. (Kept in slurmpolicy mode
+        #: alone: at x3 the baselines' recalculations would add the whole
+        #: queue to it for no reader.)
         self.repriced: set[int] = set()
         #: Jobs that ended since the daemon's last cycle (its journal forgets them).
         self.ended: list[int] = []
@@ -725,7 +727,8 @@ class Simulator:
                                     + j.site_factor)
                 j.key = key = (key[0], -prio, key[2], key[3])
                 keys.append(key)
-        self.repriced.update(map(_last, keys))
+        if self.driver is not None:  # only the daemon's snapshot reads it
+            self.repriced.update(map(_last, keys))
         keys.sort()
         self.queue = keys
 
