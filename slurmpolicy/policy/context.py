@@ -153,7 +153,9 @@ class PlanCache:
     new record), a node's GPU counts by its Node record, parsed directives by
     their text; all of it for one Settings object (another empties it). So a
     cache can never answer for inputs it did not see, whoever passes it.
-    Nothing time- or intents-dependent is kept.
+    Nothing time- or intents-dependent is kept. The one record that changes
+    in place is a waiting job's priority, through :meth:`set_priority`,
+    which moves what was derived from it.
     """
 
     __slots__ = (
