@@ -109,7 +109,9 @@ class PolicyDriver:
         self.plan_cpu = 0.0
         #: CPU seconds in each step of plan() (``Plan.timings`` summed; RawResult.plan_steps).
         self.plan_steps: dict[str, float] = {}
-        self._jobs: dict[int, tuple[tuple[Any, ...], int, Job]] = {}
+        #: Each job's last record, with the stamp of what it was built from
+        #: (:meth:`_job`; its priority, set in place, is the record's own).
+        self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
         #: The last snapshot's running jobs, by id.
@@ -396,13 +398,12 @@ class PolicyDriver:
         stamp = (j.state, j.ver, j.restarts, j.site_factor, ack, j.begin_time, j.resv)
         hit = self._jobs.get(j.id)
         if hit is not None and hit[0] == stamp:
-            job = hit[2]
-            if hit[1] != j.prio:
+            job = hit[1]
+            if job.priority != j.prio:
                 # Only Slurm's priority moved (PriorityCalcPeriod, every waiting
                 # job at once): set in the record, which no one reads again as
                 # it was (the last snapshot is gone), not copied.
                 self.plan_cache.set_priority(job, j.prio)
-                self._jobs[j.id] = (stamp, j.prio, job)
             return job
         return self._new_job(j, stamp, ack)
 
@@ -434,7 +435,7 @@ class PolicyDriver:
             begin_time=(EPOCH + j.begin_time if j.begin_time is not None
                         and j.begin_time > self.sim.now else None),
         )
-        self._jobs[j.id] = (stamp, j.prio, job)
+        self._jobs[j.id] = (stamp, job)
         return job
 
     def snapshot(self, now: float) -> Snapshot:
@@ -456,8 +457,7 @@ class PolicyDriver:
                 pending.pop(job_id, None)
         # Jobs that PriorityCalcPeriod alone touched (most of a deep queue):
         # their records stand but for the priority. (Untouched, a job is still
-        # waiting; the priority kept beside its record in ``_jobs`` catches up
-        # when _job next looks, setting the same value again.)
+        # waiting.)
         set_priority = self.plan_cache.set_priority
         for job_id in sim.repriced:
             record = pending.get(job_id)
@@ -476,10 +476,10 @@ class PolicyDriver:
             # Untouched, a running job's record moves with its periodic ack alone,
             # which moves only at its next periodic checkpoint.
             if known is not None and at < due.get(job_id, -math.inf):
-                jobs.append(known[2])
+                jobs.append(known[1])
                 continue
             ack = self._ack(j)
-            jobs.append(known[2] if known is not None and known[0][4] == ack
+            jobs.append(known[1] if known is not None and known[0][4] == ack
                         else self._job(j, ack))
             due[job_id] = self._ack_due_at(j)
         touched.clear()
