@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import compress
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ class JobInfo:
 
     __slots__ = ("blocked", "can_checkpoint", "deferrable", "end", "frag_key", "gpu_type",
                  "gpus", "job", "job_class", "policy", "quota", "rank", "since", "site_base",
-                 "slurm_base", "submit", "take_key")
+                 "slurm_base", "submit", "take_key", "takes_uncounted")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -122,6 +123,11 @@ class JobInfo:
         #: limit, user and reservations (Context.assign_free's failed shapes).
         self.take_key = (job.partition, self.gpu_type, job_gpus_per_node(job),
                          max(1, job.node_count), policy.topology, policy.topology_strict)
+        #: It may take free GPUs that Context.assign_free's count of whole GPUs
+        #: free to anyone leaves out: it asks for a GPU type, for no GPUs, or
+        #: for a reservation (whose hosts are its own).
+        self.takes_uncounted = (self.gpu_type is not None or self.take_key[2] <= 0
+                                or bool(job.reservation))
 
     def blocked_at(self, now: float) -> str:
         """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``."""
@@ -352,6 +358,10 @@ class Context:
         #: The pending jobs with a deferral window, in ``pending``'s order, once
         #: priority.compute walked the queue (None before: deferral walks it).
         self.deferrable: list[Job] | None = None
+        #: The ids of the pending jobs whose JobInfo ``takes_uncounted``, once
+        #: priority.compute walked the queue (None before: then assign_free
+        #: asks every job of its order).
+        self.takes_uncounted: set[int] | None = None
         self.running: list[Job] = []
         self.by_id: dict[int, Job] = {}
         self.pending_by_partition: dict[str, list[Job]] = {}
@@ -803,7 +813,8 @@ class Context:
         # Whole GPUs free on hosts no reservation holds now, less what jobs took:
         # the most a job without a GPU type or a reservation of its own could get.
         # On a full cluster it is soon 0, and the rest of the queue is answered
-        # by one comparison each instead of a fit test each.
+        # by one comparison each instead of a fit test each (or, after
+        # priority.compute, by a set lookup each: below).
         left = sum(f for h, f in free.items() if f > 0 and h not in reserved_now)
         # Jobs take GPUs and never give any back during the walk, so a shape
         # that found no room finds none further down the queue either: its
@@ -817,33 +828,54 @@ class Context:
         own_res = self.jobs_with_our_active_res
         infos_get = self.infos.get
         now = self.now
-        for job in order:
-            info = infos_get(job.job_id)
-            if info is None or info.job is not job:
-                info = self.info(job)
-            take_key = info.take_key
-            gpn = take_key[2]  # job_gpus_per_node
-            own = bool(job.reservation) or job.job_id in own_res  # has_own_active_reservation
-            if gpn > 0 and gpn * take_key[3] > left and info.gpu_type is None and not own:
-                continue
-            if info.blocked_at(now):  # blocked_by_slurm
-                continue
-            shape: tuple[Any, ...] | None = None
-            if not (own or job.job_id in owners):
-                # Reservations ahead take hosts by the job's time limit and user.
-                shape = (take_key, job.time_limit, job.user) if later else take_key
-                if shape in failed:
+        # Once ``left`` is 0 only the jobs that take GPUs it does not count can
+        # start (JobInfo.takes_uncounted, or a reservation of ours): with the
+        # queue's set of those (``takes_uncounted``, which priority.compute
+        # fills), the rest of the order is passed over by C-level set lookups.
+        # In a replay of 20,000 jobs at x3 that rest was 96% of the jobs
+        # this walk met, at every plan.
+        uncounted = self.takes_uncounted
+        jobs: Iterator[Job] = iter(order)
+        cut = uncounted is not None
+        while True:
+            if cut and left <= 0:
+                cut = False
+                keep = uncounted | own_res if uncounted else own_res
+                if not keep:
+                    return
+                rest = list(jobs)
+                jobs = compress(rest, map(keep.__contains__, map(_job_id, rest)))
+            for job in jobs:
+                info = infos_get(job.job_id)
+                if info is None or info.job is not job:
+                    info = self.info(job)
+                take_key = info.take_key
+                gpn = take_key[2]  # job_gpus_per_node
+                own = bool(job.reservation) or job.job_id in own_res  # has_own_active_reservation
+                if gpn > 0 and gpn * take_key[3] > left and info.gpu_type is None and not own:
                     continue
-            took = self._take_free(job)
-            if took is None:
-                if shape is not None:
-                    failed.add(shape)
-                continue
-            starts.add(job.job_id)
-            for h, g in took:
-                if h in free and h not in reserved_now:
-                    after = taken[h]
-                    left -= max(0, free[h] - (after - g)) - max(0, free[h] - after)
+                if info.blocked_at(now):  # blocked_by_slurm
+                    continue
+                shape: tuple[Any, ...] | None = None
+                if not (own or job.job_id in owners):
+                    # Reservations ahead take hosts by the job's time limit and user.
+                    shape = (take_key, job.time_limit, job.user) if later else take_key
+                    if shape in failed:
+                        continue
+                took = self._take_free(job)
+                if took is None:
+                    if shape is not None:
+                        failed.add(shape)
+                    continue
+                starts.add(job.job_id)
+                for h, g in took:
+                    if h in free and h not in reserved_now:
+                        after = taken[h]
+                        left -= max(0, free[h] - (after - g)) - max(0, free[h] - after)
+                if cut and left <= 0:
+                    break
+            else:
+                return
 
     def gets_free_gpus(self, job: Job) -> bool:
         """Slurm would start the job now on free GPUs (:meth:`assign_free`; before

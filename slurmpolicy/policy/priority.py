@@ -148,6 +148,7 @@ def compute(ctx: Context) -> PriorityResult:
     keys: list[tuple[int, float, int]] = []  # Slurm's sort key under the new values
     why_of: list[tuple[int, str]] = []  # the blocked ones
     deferrable: list[Job] = []  # those with a deferral window (ctx.deferrable)
+    uncounted: list[int] = []  # ctx.takes_uncounted
     frag_ids: list[int] = []  # the fragmented ones
     for job in pending:
         job_id = job.job_id
@@ -159,6 +160,8 @@ def compute(ctx: Context) -> PriorityResult:
             why_of.append((job_id, why))
         if info.deferrable:
             deferrable.append(job)
+        if info.takes_uncounted:
+            uncounted.append(job_id)
         first = known_get(job_id) if known_get is not None else None
         if not why and ((first is None and bonus_on) or info.gpus >= large):
             if job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
@@ -204,6 +207,7 @@ def compute(ctx: Context) -> PriorityResult:
         effs.append(eff)
         keys.append((-eff, info.submit, job_id))
     ctx.deferrable = deferrable
+    ctx.takes_uncounted = set(uncounted)
     site = dict(zip(ids, values, strict=True))
     effective = dict(zip(ids, effs, strict=True))
     blocked = dict.fromkeys(ids, "")

@@ -80,3 +80,32 @@ def test_jobs_slurm_holds_back_take_no_free_gpus() -> None:
     b.pend(13, priority=2000, begin_time=b.now + 3600)
     b.pend(14, priority=1000)
     assert _starts(b) == {14}
+
+
+def test_once_the_gpus_anyone_may_take_are_gone_only_jobs_with_hosts_of_their_own_are_asked(
+) -> None:
+    # gpu01 busy; gpu03 has two free GPUs, which job 10 (highest) takes;
+    # gpu02 is free but inside our starvation reservation for job 12. After
+    # job 10, no GPU anyone may take is left: the 1-GPU job 11 is passed over
+    # without a fit test, and job 12, far down, still starts on its own host.
+    b = ClusterBuilder(hosts=3, gpus=8)
+    b.run(1, hosts=[1])
+    b.run(2, hosts=[3], gpus_per_node=6)
+    b.pend(10, gpus_per_node=2, priority=5000)
+    b.pend(11, gpus_per_node=1, priority=4000)
+    b.pend(12, gpus_per_node=8, priority=1000)
+    b.reservations = [Reservation(name="spolicy_job_12", nodes=(b.host(2),),
+                                  start_time=b.now - 60, end_time=b.now + 7200,
+                                  flags=frozenset({"MAGNETIC"}), users=("u",))]
+    asked: list[int] = []
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    take = ctx._take_free
+
+    def counted(job):  # type: ignore[no-untyped-def]
+        asked.append(job.job_id)
+        return take(job)
+
+    ctx._take_free = counted  # type: ignore[method-assign]
+    ctx.assign_free(priority.compute(ctx).slurm_order())
+    assert ctx.starts_on_free == {10, 12}
+    assert asked == [10, 12]
