@@ -125,6 +125,7 @@ def compute(ctx: Context) -> PriorityResult:
     s = ctx.settings
     max_age = s.aging.max_age
     per_hour = s.aging.points_per_hour
+    aged_out = round(max_age / 3600.0 * per_hour)  # the aging of a job waiting max_age or more
     bonus_per_hour = s.aging.fragmentation_bonus_per_hour
     bonus_on = bonus_per_hour > 0
     now = ctx.now
@@ -155,7 +156,10 @@ def compute(ctx: Context) -> PriorityResult:
         info = infos_get(job_id)
         if info is None or info.job is not job:
             info = info_of(job)
-        why = info.blocked_at(now)
+        why = info.blocked  # info.blocked_at(now), inlined
+        if not why:
+            begin = job.begin_time
+            why = "deferred" if begin is not None and begin > now else info.quota
         if why:
             why_of.append((job_id, why))
         if info.deferrable:
@@ -194,10 +198,12 @@ def compute(ctx: Context) -> PriorityResult:
                 held = now - first
                 extra = round((held if held < max_age else max_age) / 3600.0 * bonus_per_hour)
         since = info.since
-        wait = (now - since if now - since > 0.0 else 0.0) if since is not None else 0.0
-        wait_hours = (wait if wait < max_age else max_age) / 3600.0
-        value = (info.site_base + points.get(job.account, 0) + round(wait_hours * per_hour)
-                 + extra)
+        if since is None or now <= since:
+            aging = 0
+        else:
+            wait = now - since
+            aging = round(wait / 3600.0 * per_hour) if wait < max_age else aged_out
+        value = info.site_base + points.get(job.account, 0) + aging + extra
         if value < 0:
             value = 0
         ids.append(job_id)
