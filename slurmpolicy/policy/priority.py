@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from operator import attrgetter, is_, ne
 
 from slurmpolicy.model import Job
@@ -278,7 +279,6 @@ def competing_groups(ctx: Context) -> list[list[Job]]:
     return list(groups.values())
 
 
-_job_id = attrgetter("job_id")
 _site_factor = attrgetter("site_factor")
 #: Ahead of every Slurm sort key: no job must stay ahead yet.
 _NO_KEY = (-math.inf, -math.inf, -math.inf)
@@ -410,11 +410,12 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     threshold = max(1, ctx.settings.priority.change_threshold)
     known = ctx.intents.site_factors
     new = result.site_factor
-    ids = list(map(_job_id, ctx.pending))
+    ids = list(new)  # the pending jobs' ids, in ctx.pending's order (priority.compute)
     # What Slurm holds: the value the daemon wrote, else the record's.
     cur = dict(zip(ids, map(known.get, ids, map(_site_factor, ctx.pending)), strict=True))
-    chosen = {job_id for job_id in ids
-              if job_id not in known and abs(new[job_id] - cur[job_id]) >= threshold}
+    # New jobs are a few of a deep queue: found by C-level lookups.
+    chosen = {job_id for job_id in filterfalse(known.__contains__, ids)
+              if abs(new[job_id] - cur[job_id]) >= threshold}
     groups = competing_groups(ctx)
     for group in groups:
         if len(group) > 1:

@@ -717,14 +717,21 @@ class Simulator:
         sm = self.slurm
         now, max_age, w_age = self.now, sm.max_age, sm.weight_age
         fs_points = {a: sm.weight_fairshare * f for a, f in self.fs_factor.items()}
+        # A job that waited PriorityMaxAge or more has the whole age factor
+        # (age 1.0): its first two terms are its account's, summed once.
+        aged_out = {a: w_age * 1.0 + p for a, p in fs_points.items()}
         by_id = self.by_id
         keys = []
         for key in self.queue:
             j = by_id[key[-1]]
             if j.state == PENDING and j.key is key:
-                age = min(now - j.eligible, max_age) / max_age
-                j.prio = prio = int(w_age * max(0.0, age) + fs_points[j.spec.account]
-                                    + j.site_factor)
+                waited = now - j.eligible
+                if waited >= max_age:
+                    prio = int(aged_out[j.spec.account] + j.site_factor)
+                else:
+                    prio = int(w_age * max(0.0, waited / max_age) + fs_points[j.spec.account]
+                               + j.site_factor)
+                j.prio = prio
                 j.key = key = (key[0], -prio, key[2], key[3])
                 keys.append(key)
         if self.driver is not None:  # only the daemon's snapshot reads it
