@@ -18,6 +18,21 @@ def _starts(b: ClusterBuilder) -> set[int]:
     return set(ctx.starts_on_free or ())
 
 
+def _starts_and_fit_tests(b: ClusterBuilder) -> tuple[set[int], list[int]]:
+    """The jobs assign_free starts, and those it asked a fit test of, in order."""
+    asked: list[int] = []
+    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
+    take = ctx._take_free
+
+    def counted(job):  # type: ignore[no-untyped-def]
+        asked.append(job.job_id)
+        return take(job)
+
+    ctx._take_free = counted  # type: ignore[method-assign]
+    ctx.assign_free(priority.compute(ctx).slurm_order())
+    return set(ctx.starts_on_free or ()), asked
+
+
 def test_the_owner_of_a_reservation_ahead_starts_where_its_twin_may_not() -> None:
     # gpu01 busy, gpu02 free but ours for job 11 in ten minutes. Jobs 10 and
     # 11 are one shape, one user, one limit: 10 (higher) may not start there
@@ -54,17 +69,8 @@ def test_a_shape_that_found_no_room_is_not_asked_again() -> None:
     for job_id, prio in ((10, 5000), (11, 4000), (12, 3000)):
         b.pend(job_id, gpus_per_node=4, priority=prio)
     b.pend(13, gpus_per_node=2, priority=1000)
-    asked: list[int] = []
-    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
-    take = ctx._take_free
-
-    def counted(job):  # type: ignore[no-untyped-def]
-        asked.append(job.job_id)
-        return take(job)
-
-    ctx._take_free = counted  # type: ignore[method-assign]
-    ctx.assign_free(priority.compute(ctx).slurm_order())
-    assert ctx.starts_on_free == {13}
+    starts, asked = _starts_and_fit_tests(b)
+    assert starts == {13}
     assert asked == [10, 13]  # 11 and 12 are 10's shape: not asked again
 
 
@@ -97,15 +103,6 @@ def test_once_the_gpus_anyone_may_take_are_gone_only_jobs_with_hosts_of_their_ow
     b.reservations = [Reservation(name="spolicy_job_12", nodes=(b.host(2),),
                                   start_time=b.now - 60, end_time=b.now + 7200,
                                   flags=frozenset({"MAGNETIC"}), users=("u",))]
-    asked: list[int] = []
-    ctx = Context(b.snapshot(), b.fabric(), Settings(), Intents(), b.now)
-    take = ctx._take_free
-
-    def counted(job):  # type: ignore[no-untyped-def]
-        asked.append(job.job_id)
-        return take(job)
-
-    ctx._take_free = counted  # type: ignore[method-assign]
-    ctx.assign_free(priority.compute(ctx).slurm_order())
-    assert ctx.starts_on_free == {10, 12}
+    starts, asked = _starts_and_fit_tests(b)
+    assert starts == {10, 12}
     assert asked == [10, 12]
