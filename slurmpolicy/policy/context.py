@@ -130,7 +130,10 @@ class JobInfo:
                                 or bool(job.reservation))
 
     def blocked_at(self, now: float) -> str:
-        """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``."""
+        """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``.
+
+        ``priority.compute`` has an inlined copy for its walk of the whole
+        queue (a call a job there): the two must change together."""
         if self.blocked:
             return self.blocked
         begin = self.job.begin_time
