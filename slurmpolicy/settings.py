@@ -97,6 +97,12 @@ class Priority(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True):
     #: At most this many jobs get a site factor per cycle (batched: jobs sharing
     #: a value go in one Slurm call).
     max_updates_per_cycle: PositiveInt = 10_000
+    #: The order check of a known job's site factor looks at the first this
+    #: many jobs of the policy's order and every job Slurm ranks at or above
+    #: them (and every new job); the jobs deeper in both orders keep their
+    #: stale values. Slurm's schedulers reach a few hundred jobs deep
+    #: (``bf_max_job_test``, 500 by default). 0: check every waiting job.
+    order_depth: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1000
     #: Site factor for --checkpoint=none jobs (0 = no penalty).
     no_checkpoint_penalty: Points = 0
 

@@ -8,16 +8,20 @@ differs by ``priority.change_threshold`` or more from what Slurm holds), and
 a known job's only when its old value would put it out of order against a
 job it competes with; at most ``priority.max_updates_per_cycle`` per cycle,
 largest change first. Only the order of competing jobs matters to Slurm, so
-drifts that change no order cost nothing.
+drifts that change no order cost nothing; and in a deep queue only the order
+of its head (``priority.order_depth``), which is as far as Slurm's
+schedulers look.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import filterfalse
-from operator import attrgetter, is_, ne
+from functools import partial
+from itertools import compress, filterfalse
+from operator import add, attrgetter, is_, itemgetter, le, ne, not_, or_, sub
 
 from slurmpolicy.model import Job
 from slurmpolicy.policy.actions import SetSiteFactor, site_factors_within
@@ -388,6 +392,43 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
     chosen.update([ids[z] for z in raised])
 
 
+_key_priority = itemgetter(0)  # -effective priority
+_key_id = itemgetter(2)
+
+
+def _order_head(keys: list[tuple[int, float, int]], new: dict[int, int], cur: dict[int, int],
+                known: Mapping[int, int], depth: int, chosen: set[int],
+                ) -> tuple[list[tuple[int, float, int]], set[int]]:
+    """The part of a deep group's order that the order check looks at, and the
+    jobs it must lift (added to ``chosen`` too).
+
+    ``keys``: the group's Slurm sort keys at the policy's values, sorted (the
+    policy's order), more than ``2 * depth`` of them. The head is the policy's
+    first ``depth`` jobs. The floor is the lower of Slurm's ``depth``-th
+    priority (as it holds the site factors) and the head's last effective
+    priority. Checked: the head, every job Slurm holds at or above the floor
+    (a job the policy ranks low but Slurm high must come down), and every job
+    the daemon never set (it is written at its policy value, which may land
+    among them). Lifted: each job of the head that Slurm holds below the
+    floor (its site factor is stale: at its policy value it would be at or
+    above the floor). So once written, every job of the head sits at or above
+    the floor, and every job left out of the check strictly below it: the
+    head ends ahead of them all, and the check mends the order among the
+    jobs checked. Jobs left out keep their stale values, out of order among
+    themselves only, deeper than Slurm's schedulers look.
+    """
+    ids = list(map(_key_id, keys))
+    # Slurm's priority as it holds the site factor: effective - new + cur.
+    held = list(map(sub, map(cur.__getitem__, ids),
+                    map(add, map(_key_priority, keys), map(new.__getitem__, ids))))
+    floor = min(heapq.nlargest(depth, held)[-1], -keys[depth - 1][0])
+    lifted = {ids[x] for x in range(depth) if held[x] < floor}
+    chosen |= lifted
+    deeper = map(or_, map(partial(le, floor), held[depth:]),
+                 map(not_, map(known.__contains__, ids[depth:])))
+    return keys[:depth] + list(compress(keys[depth:], deeper)), lifted
+
+
 def site_factor_actions(ctx: Context, result: PriorityResult,
                         ) -> tuple[list[SetSiteFactor], int]:
     """The site factors worth a Slurm call, largest change first, capped per
@@ -397,7 +438,10 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     Slurm holds by ``priority.change_threshold`` or more. A job it did set is
     written again only when its old value puts it out of order against a job
     it competes with (same nodes) by at least the threshold: drifts that change
-    no order cost no Slurm call, however many jobs drift.
+    no order cost no Slurm call, however many jobs drift. In a group of
+    competing jobs more than twice ``priority.order_depth`` deep, the check
+    looks at the head of the order only (:func:`_order_head`): the policy's
+    first jobs end ahead of every job it leaves out.
 
     The executor writes the jobs that get the same value in one call (at most
     ``SITE_FACTOR_BATCH`` jobs), values in the order they first come in the
@@ -416,6 +460,9 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     # New jobs are a few of a deep queue: found by C-level lookups.
     chosen = {job_id for job_id in filterfalse(known.__contains__, ids)
               if abs(new[job_id] - cur[job_id]) >= threshold}
+    depth = ctx.settings.priority.order_depth
+    effective = result.effective
+    lifted: set[int] = set()
     groups = competing_groups(ctx)
     for group in groups:
         if len(group) > 1:
@@ -424,14 +471,25 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
             whole = (len(groups) == 1 and len(result.order) == 1
                      and len(group) == len(ctx.pending))
             keys = next(iter(result.order_keys.values())) if whole else None
-            _reorder(group, new, cur, result.effective, threshold, chosen, keys)
+            # A queue up to twice the depth costs the whole check about what
+            # its head's costs.
+            if depth and len(group) > 2 * depth:
+                if keys is None:
+                    keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id)
+                                  for j in group)
+                keys, lifted_here = _order_head(keys, new, cur, known, depth, chosen)
+                lifted |= lifted_here
+            _reorder(group, new, cur, effective, threshold, chosen, keys)
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
     writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
     actions = []
     for job_id in writable:
         job = ctx.by_id[job_id]
-        why = "new job" if job_id not in known else "its order against competing jobs changed"
+        why = ("new job" if job_id not in known else
+               f"among the first {depth} of the policy's order, held below the jobs "
+               "Slurm ranks there" if job_id in lifted else
+               "its order against competing jobs changed")
         actions.append(SetSiteFactor(
             job_id=job_id, site_factor=new[job_id], previous=cur[job_id],
             reason=f"site factor {cur[job_id]} -> {new[job_id]} ({why}): "

@@ -256,3 +256,55 @@ def test_deep_queues_of_drifted_chains_match_the_walks(seed: int) -> None:
         _reorder_every_pass_from_the_top(order, new, cur, effective, threshold, want)
         _reorder(jobs, new, cur, effective, threshold, got)  # type: ignore[arg-type]
         assert got == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(job_strategy, min_size=2, max_size=30), st.sampled_from([0, 50, 2000]),
+       st.integers(1, 5))
+def test_a_deep_queue_puts_the_policys_head_first(jobs, threshold, depth) -> None:  # type: ignore[no-untyped-def]
+    """With ``priority.order_depth``, a queue deeper than twice it: once
+    written, every job of the policy's first ``depth`` is ahead of every job
+    it leads by the threshold, wherever Slurm held either; no job is written
+    with the value it has; and cycles on the result write each job at most
+    once, until one writes nothing."""
+    s = msgspec.structs.replace(Settings(), priority=Priority(change_threshold=threshold,
+                                                              order_depth=depth))
+    b = ClusterBuilder(hosts=4, partitions={"p1": [1, 2, 3, 4]})
+    known: dict[int, int] = {}
+    for i, (cls, account, prio, waited, old, _) in enumerate(jobs, start=1):
+        b.pend(i, account, admin_comment=d(cls) if cls else "", priority=prio + (old or 0),
+               site_factor=old or 0, waited=waited, partition="p1")
+        if old is not None:
+            known[i] = old
+    snap, fabric = b.snapshot(), b.fabric()
+    by_id = {j.job_id: j for j in snap.jobs}
+    holds = {j.job_id: known.get(j.job_id, j.site_factor) for j in snap.jobs}
+    written_before: set[int] = set()
+    for cycle in range(len(jobs) + 1):
+        result = plan(snap, fabric, s, Intents(site_factors=dict(known)), b.now)
+        written = {a.job_id: a.site_factor for a in result.actions
+                   if isinstance(a, SetSiteFactor)}
+        if not written:
+            break
+        assert not written.keys() & written_before, cycle
+        written_before |= written.keys()
+        for job_id, value in written.items():
+            assert value != holds[job_id]
+            holds[job_id] = known[job_id] = value
+        if cycle:
+            continue
+        effective = result.effective_priority
+        prio = {j.job_id: j.priority - j.site_factor + holds[j.job_id] for j in snap.jobs}
+
+        def slurm_key(i: int) -> tuple[int, float, int]:
+            return (prio[i], -(by_id[i].submit_time or 0), -i)
+
+        order = sorted(prio, key=lambda i: (-effective[i], by_id[i].submit_time or 0, i))
+        # A shallow queue is checked whole: every job counts as the head.
+        head = order[:depth] if len(order) > 2 * depth else order
+        for i in head:
+            for k in order:
+                if i != k and effective[i] >= effective[k] + max(1, threshold):
+                    assert slurm_key(i) > slurm_key(k), (i, k, effective[i], effective[k])
+    else:
+        raise AssertionError("the cycles did not settle")

@@ -402,3 +402,50 @@ def test_fragmented_is_judged_per_time_limit_where_a_reservation_lies_ahead():
         ctx = Context(b.snapshot(), b.fabric(), rules, Intents(), b.now)
         frag = priority.compute(ctx).fragmented
         assert frag == {1: False, 2: True}, (first, second, rules)
+
+
+def _drifted_queue(depth: int, threshold: int = 50):
+    """Twelve jobs of one partition, an hour of aging (100 points) apart (job
+    1 the policy's first), each holding the site factor the daemon wrote, but
+    for job 1, held far below them all, and job 10, held a little above job
+    9: the plan of the cycle after, with ``priority.order_depth`` = ``depth``
+    and ``priority.change_threshold`` = ``threshold``."""
+    s = settings(priority={"order_depth": depth, "change_threshold": threshold})
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 13):
+        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000)
+    first = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    held = {i: a.site_factor for i, a in first.items()}
+    assert sorted(held) == list(range(1, 13))
+    held[1] -= 2000
+    held[10] = held[9] + 50
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 13):
+        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000 + held[i], site_factor=held[i])
+    return site_factors(plan(b.snapshot(), b.fabric(), s, Intents(site_factors=held), b.now))
+
+
+def test_a_queue_deeper_than_twice_the_order_depth_is_checked_at_its_head():
+    whole = _drifted_queue(0)
+    assert sorted(whole) == [1, 10]
+    assert "its order against competing jobs changed" in whole[1].reason
+    head = _drifted_queue(2)
+    # Job 10 is out of order against job 9 only, deeper than either order's
+    # first two (and than the jobs Slurm holds at or above them): left alone.
+    assert sorted(head) == [1]
+    assert "among the first 2 of the policy's order, held below" in head[1].reason
+    # Six jobs or fewer deep is checked whole: depth 6 sees job 10 again.
+    assert sorted(_drifted_queue(6)) == [1, 10]
+
+
+def test_a_job_of_the_head_held_below_every_job_checked_is_lifted():
+    """Jobs 1 to 3 are checked (the head of two, and job 3, which Slurm ranks
+    second), within the threshold of one another: no order among them to
+    mend. But Slurm holds job 1 behind jobs 4 to 12, which it leads by the
+    threshold from job 6 on: lifted to its policy value."""
+    head = _drifted_queue(2, threshold=500)
+    assert sorted(head) == [1]
+    assert "among the first 2 of the policy's order, held below" in head[1].reason
+    # The whole check writes job 10 as well: stale, and ahead of job 1, which
+    # leads it (the check's first walk does not know yet that job 1 goes up).
+    assert sorted(_drifted_queue(0, threshold=500)) == [1, 10]
