@@ -28,6 +28,8 @@ def test_policy_defaults():
     ("[reservations]\ndefault_duration = -1\n", "$.reservations.default_duration"),
     ("[reservations]\nmax_per_cycle = 0\n", "$.reservations.max_per_cycle"),
     ("[priority]\nmax_updates_per_cycle = 0\n", "$.priority.max_updates_per_cycle"),
+    ("[priority]\norder_depth = -1\n", "$.priority.order_depth"),
+    ("[priority]\norder_depth = 2000000\n", "$.priority.order_depth"),
     ("[fairshare.shares]\nvision = 1.5\n", "$.fairshare.shares"),
     ("[deferral.windows.night]\nhours = [25]\n", "$.deferral.windows.night.hours"),
 ])
