@@ -296,15 +296,14 @@ def test_a_deep_queue_puts_the_policys_head_first(jobs, threshold, depth) -> Non
         effective = result.effective_priority
         prio = {j.job_id: j.priority - j.site_factor + holds[j.job_id] for j in snap.jobs}
 
-        def slurm_key(i: int) -> tuple[int, float, int]:
-            return (prio[i], -(by_id[i].submit_time or 0), -i)
-
         order = sorted(prio, key=lambda i: (-effective[i], by_id[i].submit_time or 0, i))
         # A shallow queue is checked whole: every job counts as the head.
         head = order[:depth] if len(order) > 2 * depth else order
         for i in head:
             for k in order:
                 if i != k and effective[i] >= effective[k] + max(1, threshold):
-                    assert slurm_key(i) > slurm_key(k), (i, k, effective[i], effective[k])
+                    ahead = ((prio[i], -(by_id[i].submit_time or 0), -i)
+                             > (prio[k], -(by_id[k].submit_time or 0), -k))
+                    assert ahead, (i, k, effective[i], effective[k], prio[i], prio[k])
     else:
         raise AssertionError("the cycles did not settle")
