@@ -449,3 +449,27 @@ def test_a_job_of_the_head_held_below_every_job_checked_is_lifted():
     # The whole check writes job 10 as well: stale, and ahead of job 1, which
     # leads it (the check's first walk does not know yet that job 1 goes up).
     assert sorted(_drifted_queue(0, threshold=500)) == [1, 10]
+
+
+def test_the_floor_is_no_higher_than_the_heads_last_policy_priority():
+    """Jobs 11 and 12, last in the policy's order, are held highest of all,
+    so Slurm's second priority is far above the head's (jobs 1 and 2). Job
+    5 is held above the head too, though the policy ranks it third from
+    the head's end. Were the floor Slurm's second priority alone, job 5
+    would be left out of the check and stay ahead of the head; at the
+    lower of the two, it is checked and written down."""
+    s = settings(priority={"order_depth": 2})
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 13):
+        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000)
+    first = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    held = {i: a.site_factor for i, a in first.items()}
+    held[11] += 2000
+    held[12] += 1900
+    held[5] += 600  # above jobs 1 and 2 at their policy values, below 11 and 12
+    b = ClusterBuilder(hosts=2)
+    for i in range(1, 13):
+        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000 + held[i], site_factor=held[i])
+    written = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(site_factors=held), b.now))
+    assert {5, 11, 12} <= set(written)
+    assert all(written[i].site_factor == first[i].site_factor for i in (5, 11, 12))
