@@ -404,12 +404,18 @@ def test_fragmented_is_judged_per_time_limit_where_a_reservation_lies_ahead():
         assert frag == {1: False, 2: True}, (first, second, rules)
 
 
-def _drifted_queue(depth: int, threshold: int = 50):
+def _job_1_low_job_10_up(held: dict[int, int]) -> None:
+    """Job 1 held far below them all, job 10 a little above job 9."""
+    held[1] -= 2000
+    held[10] = held[9] + 50
+
+
+def _replan(depth: int, threshold: int = 50, drift=_job_1_low_job_10_up):  # type: ignore[no-untyped-def]
     """Twelve jobs of one partition, an hour of aging (100 points) apart (job
-    1 the policy's first), each holding the site factor the daemon wrote, but
-    for job 1, held far below them all, and job 10, held a little above job
-    9: the plan of the cycle after, with ``priority.order_depth`` = ``depth``
-    and ``priority.change_threshold`` = ``threshold``."""
+    1 the policy's first), each holding the site factor the daemon wrote
+    (the first cycle's), then moved by ``drift``: the first cycle's writes
+    and the plan of the cycle after, with ``priority.order_depth`` =
+    ``depth`` and ``priority.change_threshold`` = ``threshold``."""
     s = settings(priority={"order_depth": depth, "change_threshold": threshold})
     b = ClusterBuilder(hosts=2)
     for i in range(1, 13):
@@ -417,12 +423,17 @@ def _drifted_queue(depth: int, threshold: int = 50):
     first = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
     held = {i: a.site_factor for i, a in first.items()}
     assert sorted(held) == list(range(1, 13))
-    held[1] -= 2000
-    held[10] = held[9] + 50
+    drift(held)
     b = ClusterBuilder(hosts=2)
     for i in range(1, 13):
         b.pend(i, "a", waited=(20 - i) * 3600, priority=1000 + held[i], site_factor=held[i])
-    return site_factors(plan(b.snapshot(), b.fabric(), s, Intents(site_factors=held), b.now))
+    return first, site_factors(plan(b.snapshot(), b.fabric(), s,
+                                    Intents(site_factors=held), b.now))
+
+
+def _drifted_queue(depth: int, threshold: int = 50):  # type: ignore[no-untyped-def]
+    """:func:`_replan`'s second plan, job 1 held low and job 10 a little up."""
+    return _replan(depth, threshold)[1]
 
 
 def test_a_queue_deeper_than_twice_the_order_depth_is_checked_at_its_head():
@@ -458,18 +469,11 @@ def test_the_floor_is_no_higher_than_the_heads_last_policy_priority():
     the head's end. Were the floor Slurm's second priority alone, job 5
     would be left out of the check and stay ahead of the head; at the
     lower of the two, it is checked and written down."""
-    s = settings(priority={"order_depth": 2})
-    b = ClusterBuilder(hosts=2)
-    for i in range(1, 13):
-        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000)
-    first = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
-    held = {i: a.site_factor for i, a in first.items()}
-    held[11] += 2000
-    held[12] += 1900
-    held[5] += 600  # above jobs 1 and 2 at their policy values, below 11 and 12
-    b = ClusterBuilder(hosts=2)
-    for i in range(1, 13):
-        b.pend(i, "a", waited=(20 - i) * 3600, priority=1000 + held[i], site_factor=held[i])
-    written = site_factors(plan(b.snapshot(), b.fabric(), s, Intents(site_factors=held), b.now))
+    def drift(held: dict[int, int]) -> None:
+        held[11] += 2000
+        held[12] += 1900
+        held[5] += 600  # above jobs 1 and 2 at their policy values, below 11 and 12
+
+    first, written = _replan(2, drift=drift)
     assert {5, 11, 12} <= set(written)
     assert all(written[i].site_factor == first[i].site_factor for i in (5, 11, 12))
