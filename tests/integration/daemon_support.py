@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -266,9 +267,26 @@ def cluster_fixture() -> Iterator[LiveCluster]:
     try:
         yield c
     finally:
+        _print_daemon_record(state)
         c.down()
         if not os.environ.get("SLURMPOLICY_KEEP_DEVCLUSTER"):
             shutil.rmtree(state, ignore_errors=True)
+
+
+def _print_daemon_record(state: Path) -> None:
+    """Print the end of the daemon's log and its audit: pytest shows a test's
+    teardown output only when the test failed, so a flaky failure in CI leaves
+    the daemon's side of the story in the report (the state dir is removed)."""
+    log = state / "sp" / "daemon.log"
+    if log.exists():
+        print("--- daemon.log (last 200 lines) ---")
+        print("\n".join(log.read_text(errors="replace").splitlines()[-200:]))
+    if (state / "sp" / "state").exists():
+        from slurmpolicy.store import Journal
+        print("--- audit (last 100 records) ---")
+        with contextlib.suppress(Exception):
+            for r in Journal(state / "sp" / "state", read_only=True).read_audit(limit=100):
+                print(f"{r.at:.1f} {r.kind} {r.outcome!r} jobs={r.jobs} {r.reason}")
 
 
 @pytest.fixture(name="daemon")
