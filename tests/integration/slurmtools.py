@@ -219,6 +219,17 @@ class LiveCluster(DevCluster):
         (wd / f"release.{job_id}").touch()
         os.chmod(wd / f"release.{job_id}", 0o666)
 
+    def set_epilog(self, seconds: float) -> None:
+        """Give every node an Epilog that takes ``seconds`` (``scontrol
+        reconfigure``): a job then stays COMPLETING that long after it ended,
+        as behind a site's real epilog (GPU health checks, cleanup)."""
+        script = self.conf_dir / "epilog.sh"
+        script.write_text(f"#!/bin/sh\nsleep {seconds:g}\nexit 0\n")
+        os.chmod(script, 0o755)
+        with open(self.slurm_conf, "a") as conf:
+            conf.write(f"Epilog={script}\n")
+        self.slurm_cmd("scontrol", "reconfigure")
+
     def node_table(self) -> dict[str, dict[str, str]]:
         """``scontrol show nodes -o``: node name -> fields."""
         proc = self.slurm_cmd("scontrol", "show", "nodes", "-o")

@@ -183,6 +183,32 @@ def test_flaky_node_is_drained_with_evidence_within_the_share_limit(
         daemon.stop()
 
 
+def test_a_failure_behind_a_slow_epilog_counts_as_a_failure(cluster: LiveCluster) -> None:
+    """Slurm 22.05 shows a job that failed as COMPLETING (one word, no base
+    state) until its epilog ends; the daemon, cycling every second, sees that
+    first. It must wait for the end Slurm then shows, not count a success."""
+    cluster.set_epilog(4)
+    daemon = _daemon(cluster, lifecycle={"hardware_exit_codes": [75]},
+                     node_health={"drain": True, "min_failures": 1, "min_users": 1,
+                                  "max_drained_share": 0.5})
+    wd = cluster.workdir()
+    daemon.start()
+    try:
+        job = cluster.submit("#!/bin/bash\nexit 75\n", extra_args=["-w", "gpu01", "--gres=gpu:1"],
+                             workdir=wd)
+        cluster.wait_state(job, "FAILED", timeout=60)
+        retry = wait_for(lambda: [r for r in journal_of(daemon).read_audit(job_id=job)
+                                  if r.kind == "Retry"], 60, "the failure judged")
+        assert "classified as hardware" in retry[0].reason
+        node = wait_for(lambda: "DRAIN" in (n := cluster.node_table()["gpu01"])["State"] and n,
+                        60, "gpu01 drained")
+        assert str(job) in node["Reason"] and "hardware" in node["Reason"]
+        data = json.loads(daemon.cli("why", str(job), "--history", "--json").stdout)
+        assert data["job"]["end_state"] == "FAILED", data["job"]
+    finally:
+        daemon.stop()
+
+
 def test_timeline_of_a_job_that_waited_ran_was_preempted_and_finished(
         cluster: LiveCluster) -> None:
     from .daemon_support import release_requeued, submit_beneficiary

@@ -272,3 +272,52 @@ def test_a_job_seen_again_unchanged_is_not_written_and_a_changed_one_is(tmp_path
     life.observe(snap(1090.0, moved), 1090.0)
     row = life.store.job(5)
     assert row is not None and row["last_seen"] == 1060.0
+
+
+# Slurm 22.05's squeue --json prints the one word COMPLETING for a job that is
+# completing, whatever its end (its base state is not printed): the adapter
+# reads it as COMPLETED with the flag. Seen so (a busy node's epilog makes it
+# last), the job has not told how it ended yet.
+COMPLETING_2205 = dict(state=JobState.COMPLETED, state_flags=frozenset({"COMPLETING"}),
+                       exit_code=None)
+
+
+def test_a_failure_first_seen_completing_is_judged_by_how_it_ended(tmp_path):
+    life, client, _ = _life(tmp_path)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    completing = dataclasses.replace(RUNNING, end_time=1005.0, **COMPLETING_2205)
+    life.observe(snap(1006.0, completing), 1006.0)
+    assert life.store.job(5)["ended_at"] is None  # type: ignore[index]
+    failed = dataclasses.replace(RUNNING, state=JobState.FAILED, end_time=1005.0, exit_code=75)
+    life.observe(snap(1008.0, failed), 1008.0)
+    row = life.store.job(5)
+    assert row is not None and row["cause"] == "hardware"
+    assert [f.node for f in life.store.node_failures(0.0)] == ["g1"]
+    # Retried away from its node, as a failure seen FAILED at once is.
+    assert client.calls == [("requeue", 5, None), ("exclude", 5, ("g1",)),
+                            ("begin", 5, 1018.0)]
+    assert [e.kind for e in life.store.events(5)] == ["run", "retry"]
+
+
+def test_a_job_never_seen_before_completing_is_judged_when_it_has_ended(tmp_path):
+    life, _, _ = _life(tmp_path)
+    completing = dataclasses.replace(RUNNING, admin_comment="", end_time=1005.0,
+                                     **COMPLETING_2205)
+    life.observe(snap(1006.0, completing), 1006.0)
+    assert life.store.job(5) is None
+    failed = dataclasses.replace(completing, state=JobState.FAILED, state_flags=frozenset(),
+                                 exit_code=75)
+    life.observe(snap(1008.0, failed), 1008.0)
+    assert life.store.job(5)["cause"] == "hardware"  # type: ignore[index]
+    assert [f.node for f in life.store.node_failures(0.0)] == ["g1"]
+
+
+def test_a_requeue_seen_completing_in_between_is_a_requeue_not_an_end(tmp_path):
+    life, _, _ = _life(tmp_path)
+    life.observe(snap(1002.0, RUNNING), 1002.0)
+    life.observe(snap(1010.0, dataclasses.replace(RUNNING, **COMPLETING_2205)), 1010.0)
+    again = dataclasses.replace(PENDING, restart_count=1, reason="BeginTime")
+    life.observe(snap(1020.0, again), 1020.0)
+    kinds = [e.kind for e in life.store.events(5)]
+    assert "end" not in kinds and kinds[:2] == ["run", "requeue"], kinds
+    assert life.store.job(5)["ended_at"] is None  # type: ignore[index]
