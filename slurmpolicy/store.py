@@ -21,9 +21,11 @@ Owns:
   daemon opens it (group bits a site granted on purpose are kept);
 - each job's **identity** (table ``job_identity``): the cluster and the
   time it was first submitted, carried across its requeues (Slurm resets a
-  requeued job's submit time). A job id seen again with another submit
-  time and no further restart is another job: its per-job rows are dropped
-  and its history (``read_audit(job_id=...)``) starts afresh.
+  requeued job's submit time, once the job has completed: a cycle may see
+  the higher restart count first, and the new submit time is then taken at
+  the next). A job id seen again with another submit time and no further
+  restart is another job: its per-job rows are dropped and its history
+  (``read_audit(job_id=...)``) starts afresh.
 
 :meth:`Journal.load_intents` turns it into the planner's
 :class:`~slurmpolicy.policy.actions.Intents`. The inspector opens it with
@@ -314,9 +316,17 @@ class Journal:
         for job in jobs:
             submit = job.submit_time
             old = known.get(job.job_id)
+            # The same job: the same submit time, or a requeue (a higher restart
+            # count; Slurm resets the submit time too). Slurm raises the count
+            # at the requeue but sets the new submit time only once the job has
+            # completed (batch_requeue_fini, after its epilog), so a cycle may
+            # see the count alone: a higher count is recorded only with the
+            # submit time that comes with it, and until then it still vouches
+            # for the job.
             if old is not None and old[0] == cluster and (
-                    submit is None or submit == old[2] or job.restart_count > old[3]):
-                if submit != old[2] or job.restart_count != old[3]:
+                    submit is None or old[2] is None or submit == old[2]
+                    or job.restart_count > old[3]):
+                if submit is not None and submit != old[2]:
                     known[job.job_id] = (cluster, old[1], submit, job.restart_count)
                     changed.append({"job_id": job.job_id, "cluster": cluster, "since": old[1],
                                     "submit": submit, "restarts": job.restart_count})

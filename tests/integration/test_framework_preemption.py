@@ -240,8 +240,15 @@ srun {PYTHON} {FRAMEWORKS}/nemo_like.py --root "$PWD" --steps {STEPS}
 """
 
 
+@pytest.mark.parametrize("epilog", [0, 4], ids=["no-epilog", "4s-epilog"])
 def test_nemo_style_job_saves_and_exits_and_is_requeued_once(cluster: LiveCluster,
-                                                              daemon: DaemonRunner) -> None:
+                                                              daemon: DaemonRunner,
+                                                              epilog: int) -> None:
+    # Behind an epilog (most sites run one) the job that exited stays
+    # COMPLETING for its length; Slurm raises its restart count at our requeue
+    # but resets its submit time only once it has completed: the same job.
+    if epilog:
+        cluster.set_epilog(epilog)
     wd = cluster.workdir()
     holder = _hold_other_node(cluster, wd)
     victim = submit(cluster, NEMO, "-p", "research", "-N1", "--gres=gpu:8", workdir=wd)

@@ -434,6 +434,28 @@ def test_a_reused_job_id_starts_a_clean_history(journal: Journal) -> None:
     assert journal.note_jobs("other", [new], 9001.0) == [9]
 
 
+def test_a_requeue_seen_in_two_steps_keeps_the_jobs_history(journal: Journal) -> None:
+    """Slurm raises a requeued job's restart count at once and resets its
+    submit time only when the job has completed (batch_requeue_fini, after its
+    epilog): a daemon cycling faster than the epilog sees the two apart. Still
+    the same job; a later job with that id and a fresh count is not."""
+    journal.note_jobs("t", [job(9, JobState.RUNNING, submit_time=500.0)], 600.0)
+    journal.audit("Requeue", "requeue victim 9", "ok", job_id=9, at=700.0)
+    journal.add_missed_ack(9)
+    completing = job(9, JobState.PENDING, submit_time=500.0, restart_count=1,
+                     state_flags=frozenset({"COMPLETING"}))
+    assert journal.note_jobs("t", [completing], 701.0) == []
+    assert journal.note_jobs("t", [completing], 702.0) == []  # its epilog still runs
+    requeued = job(9, JobState.PENDING, submit_time=705.0, restart_count=1)
+    assert journal.note_jobs("t", [requeued], 706.0) == []
+    assert journal.note_jobs("t", [requeued], 736.0) == []
+    assert [r.reason for r in journal.read_audit(job_id=9)] == ["requeue victim 9"]
+    assert journal.load_intents().missed_acks == {9: 1}
+    assert journal.job_since(9) == 500.0
+    new = job(9, JobState.PENDING, submit_time=9000.0, restart_count=1)
+    assert journal.note_jobs("t", [new], 9000.0) == [9]
+
+
 def test_log_filters_by_job_and_time(journal: Journal) -> None:
     journal.audit("StartPreemption", "x", "ok", job_id=3, jobs=(1, 2), at=100.0)
     journal.audit("SetSiteFactor", "y", "ok", job_id=12, at=200.0)
