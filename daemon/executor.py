@@ -398,6 +398,18 @@ class Executor:
                         self._miss(victim, job_id, "it exited after its deadline; it is "
                                    "requeued to continue")
                 continue
+            if job is not None and (job.restart_count > rc or (
+                    job.is_pending and state is not VictimState.PLANNED)):
+                # Requeued (by us, in a step whose outcome was lost, by Slurm, or
+                # by the job itself: Lightning and submitit answer the signal so).
+                # Before the look at ended jobs: behind an epilog Slurm shows a
+                # requeued job COMPLETING (22.05, pyslurm: read as COMPLETED)
+                # with its restart count already raised.
+                if state is VictimState.SIGNALLED and victim["acked_at"] is None and \
+                        not self.journal.has_step(_requeue_key(pid, job_id, rc)):
+                    self._note_ack(victim, job, now, "self-requeue", "requeued itself")
+                self._victim_requeued(pid, job_id, rc, job, now)
+                continue
             if job is None or job.state.is_finished:
                 if state in (VictimState.ACKNOWLEDGED, VictimState.DEADLINE) and \
                         self.journal.has_step(_requeue_key(pid, job_id, rc), (OK, REACHED)):
@@ -407,14 +419,6 @@ class Executor:
                             f"victim {job_id} ended by itself"
                             f" ({job.state.value if job else 'gone from Slurm'}); no requeue",
                             "observed", job_id=job_id, jobs=(job_id,))
-                continue
-            if job.restart_count > rc or (job.is_pending and state is not VictimState.PLANNED):
-                # Requeued (by us, in a step whose outcome was lost, by Slurm, or
-                # by the job itself: Lightning and submitit answer the signal so).
-                if state is VictimState.SIGNALLED and victim["acked_at"] is None and \
-                        not self.journal.has_step(_requeue_key(pid, job_id, rc)):
-                    self._note_ack(victim, job, now, "self-requeue", "requeued itself")
-                self._victim_requeued(pid, job_id, rc, job, now)
                 continue
             if state is VictimState.SIGNALLED:
                 # Note the ack or the missed deadline once (audit, metrics); the

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from slurmpolicy.devcluster import DevCluster
+from slurmpolicy.devcluster import ClusterStatus, DevCluster
 from slurmpolicy.errors import DevClusterError
 from slurmpolicy.slurm.client import SlurmClient
 
@@ -92,6 +92,16 @@ class LiveCluster(DevCluster):
         if prefix and options.get("slurm_prefix") is None:
             options["slurm_prefix"] = Path(prefix)
         super().__init__(state_dir, **options)  # type: ignore[arg-type]
+
+    def up(self, timeout: float = 90) -> ClusterStatus:
+        """Start the cluster; with ``SLURMPOLICY_TEST_EPILOG=SECONDS``, behind an
+        epilog that long (:meth:`set_epilog`), as most sites run one: jobs then
+        stay COMPLETING after they end, which the suite can be run against."""
+        started = super().up(timeout)
+        epilog = os.environ.get("SLURMPOLICY_TEST_EPILOG")
+        if epilog:
+            self.set_epilog(float(epilog))
+        return started
 
     # ------------------------------------------------------------ commands
     def as_user(self, argv: Sequence[str], user: str | None = None) -> list[str]:
@@ -226,8 +236,10 @@ class LiveCluster(DevCluster):
         script = self.conf_dir / "epilog.sh"
         script.write_text(f"#!/bin/sh\nsleep {seconds:g}\nexit 0\n")
         os.chmod(script, 0o755)
-        with open(self.slurm_conf, "a") as conf:
-            conf.write(f"Epilog={script}\n")
+        line = f"Epilog={script}\n"
+        if line not in self.slurm_conf.read_text():
+            with open(self.slurm_conf, "a") as conf:
+                conf.write(line)
         self.slurm_cmd("scontrol", "reconfigure")
 
     def node_table(self) -> dict[str, dict[str, str]]:

@@ -157,8 +157,13 @@ def _finish(cluster: LiveCluster, wd: Path, holder: int, victim: int,
     assert records[holder]["Restarts"] == "0"
 
 
+@pytest.mark.parametrize("epilog", [0, 3], ids=["no-epilog", "3s-epilog"])
 def test_submitit_checkpointable_requeues_itself(cluster: LiveCluster,
-                                                 daemon: DaemonRunner) -> None:
+                                                 daemon: DaemonRunner, epilog: int) -> None:
+    # Behind an epilog the job that requeued itself shows COMPLETING, its
+    # restart count already raised: a requeue (its ack), not an end.
+    if epilog:
+        cluster.set_epilog(epilog)
     wd = cluster.workdir()
     holder = _hold_other_node(cluster, wd)
     pylib = _job_pylib(cluster)
@@ -207,8 +212,13 @@ srun {PYTHON} {FRAMEWORKS}/lightning_like.py --root "$PWD" --steps {STEPS}
 """
 
 
+@pytest.mark.parametrize("epilog", [0, 3], ids=["no-epilog", "3s-epilog"])
 def test_lightning_style_job_saves_and_requeues_itself(cluster: LiveCluster,
-                                                       daemon: DaemonRunner) -> None:
+                                                       daemon: DaemonRunner, epilog: int) -> None:
+    # Behind an epilog the job that requeued itself shows COMPLETING, its
+    # restart count already raised: a requeue (its ack), not an end.
+    if epilog:
+        cluster.set_epilog(epilog)
     wd = cluster.workdir()
     holder = _hold_other_node(cluster, wd)
     victim = submit(cluster, LIGHTNING, "-p", "research", "-N1", "--gres=gpu:8", workdir=wd)

@@ -221,6 +221,22 @@ def test_self_requeue_is_the_ack_and_is_not_requeued_again(tmp_path: Path) -> No
     assert journal.checkpoint_outcomes()["slurm-signal"]["by"] == {"self-requeue": 1}
 
 
+def test_self_requeue_seen_completing_behind_an_epilog_is_still_the_ack(
+        tmp_path: Path) -> None:
+    """Behind an epilog, 22.05 (and pyslurm) show the job that requeued itself
+    COMPLETING, read as COMPLETED, with its restart count already raised: a
+    requeue, not an end."""
+    ex, rec, journal = _started(tmp_path)
+    pending = _job(job_id=3, state=JobState.PENDING, start_time=None)
+    completing = _victim(state=JobState.COMPLETED, state_flags=frozenset({"COMPLETING"}),
+                         restart_count=1)
+    _run(ex, _snap(completing, pending), now=1005.0)
+    row = journal.victims_of(PID)[0]
+    assert (row["state"], row["ack_how"]) == ("requeued", "self-requeue")
+    assert not [r for r in journal.read_audit() if r.kind == "VictimEnded"]
+    assert rec.calls.count(("requeue", 1)) == 0
+
+
 def test_save_and_exit_is_the_ack_and_the_finished_job_is_requeued_once(
         tmp_path: Path) -> None:
     ex, rec, journal = _started(tmp_path)
