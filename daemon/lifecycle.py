@@ -512,11 +512,11 @@ def completing_unknown(job: Job) -> bool:
     and the adapters read it as COMPLETED with the flag: a job that failed
     with a hardware exit code, or that our preemption requeued, looks
     completed until its nodes are done with it (a site's epilog makes that
-    seconds). Judged then, a failure would count
-    as a success (no retry, no evidence against its node) and a requeue as an
-    end. Such a record is left for a later cycle, which sees the end (FAILED,
-    PENDING again, ...); 23.02 and later's ``squeue --json`` print the base
-    state beside the flag, so only a COMPLETED one waits there, a cycle or so."""
+    seconds). Judged then, a failure would count as a success (no retry, no
+    evidence against its node) and a requeue as an end. Such a record is
+    left for a later cycle, which sees the end (FAILED, PENDING again, ...);
+    23.02 and later's ``squeue --json`` print the base state beside the
+    flag, so only a COMPLETED one waits there, a cycle or so."""
     return job.state is JobState.COMPLETED and "COMPLETING" in job.state_flags
 
 
