@@ -214,3 +214,18 @@ def test_to_start_sooner_lists_only_changes_that_start_the_job_sooner():
     assert [a.change for a in sooner(alts, 300.0)] == ["ask for 1 node instead of 2"]
     assert [a.change for a in sooner(alts, None)] == [
         "ask for 1 node instead of 2", "use --topology=any", "drop strict"]
+
+
+def test_a_job_still_completing_is_not_called_completed():
+    """22.05's squeue --json and pyslurm print COMPLETING in place of how the job
+    ended; the adapters read COMPLETED with the flag. It may have failed."""
+    from slurmpolicy.model import JobState
+
+    b = ClusterBuilder(hosts=2)
+    b.run(1, hosts=[1])
+    b.replace_job(1, state=JobState.COMPLETED, state_flags=frozenset({"COMPLETING"}))
+    e = why(b, 1)
+    assert e.state == "COMPLETING" and "COMPLETED" not in e.headline
+    assert "once its epilog is done" in e.headline
+    b.replace_job(1, state=JobState.FAILED, state_flags=frozenset())
+    assert why(b, 1).headline == "Job 1 is FAILED"
