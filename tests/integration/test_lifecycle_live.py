@@ -64,6 +64,12 @@ def _crash_node(cluster: LiveCluster, node: str, job_id: int) -> None:
             os.kill(victim, signal.SIGKILL)
 
 
+def _drained(cluster: LiveCluster, name: str) -> dict[str, str]:
+    """Node ``name``'s fields once Slurm shows it drained (60 s at most)."""
+    return wait_for(lambda: "DRAIN" in (n := cluster.node_table()[name])["State"] and n,
+                    60, f"{name} drained")
+
+
 def _all_pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
@@ -162,8 +168,7 @@ def test_flaky_node_is_drained_with_evidence_within_the_share_limit(
             return jobs
 
         bad = fail_on("gpu01")
-        node = wait_for(lambda: "DRAIN" in (n := cluster.node_table()["gpu01"])["State"] and n,
-                        60, "gpu01 drained")
+        node = _drained(cluster, "gpu01")
         assert node["Reason"].startswith("spolicy: 3 failed job(s) of 2 user(s)")
         assert ",".join(map(str, bad)) in node["Reason"] and "hardware" in node["Reason"]
         nodes_view = daemon.cli("nodes").stdout
@@ -200,8 +205,7 @@ def test_a_failure_behind_a_slow_epilog_counts_as_a_failure(cluster: LiveCluster
         retry = wait_for(lambda: [r for r in journal_of(daemon).read_audit(job_id=job)
                                   if r.kind == "Retry"], 60, "the failure judged")
         assert "classified as hardware" in retry[0].reason
-        node = wait_for(lambda: "DRAIN" in (n := cluster.node_table()["gpu01"])["State"] and n,
-                        60, "gpu01 drained")
+        node = _drained(cluster, "gpu01")
         assert str(job) in node["Reason"] and "hardware" in node["Reason"]
         data = json.loads(daemon.cli("why", str(job), "--history", "--json").stdout)
         assert data["job"]["end_state"] == "FAILED", data["job"]
