@@ -132,8 +132,11 @@ class Lifecycle:
         with self.journal.transaction():
             for job in (*snapshot.jobs, *ended):
                 row = live.pop(job.job_id, None)
-                if completing_unknown(job):
-                    continue  # judged once Slurm shows how it ended (next cycles)
+                if job.ends_unknown:
+                    # Judged then, a failure would count as a success (no retry,
+                    # no evidence against its node) and a requeue as an end: it
+                    # is judged once Slurm shows how it ended (next cycles).
+                    continue
                 end = self._observe_job(job, row, now)
                 if end is not None:
                     retries.append((job, self.store.job(job.job_id) or {}, end))
@@ -502,22 +505,6 @@ class Lifecycle:
 
 
 _FINISHED = frozenset(s.value for s in JobState if s.is_finished)
-
-
-def completing_unknown(job: Job) -> bool:
-    """The job is completing and its record does not say how it ended.
-
-    Slurm 22.05's ``squeue --json``, and pyslurm (``job_state_string()``),
-    print the one word ``COMPLETING`` for a completing job, whatever its end,
-    and the adapters read it as COMPLETED with the flag: a job that failed
-    with a hardware exit code, or that our preemption requeued, looks
-    completed until its nodes are done with it (a site's epilog makes that
-    seconds). Judged then, a failure would count as a success (no retry, no
-    evidence against its node) and a requeue as an end. Such a record is
-    left for a later cycle, which sees the end (FAILED, PENDING again, ...);
-    23.02 and later's ``squeue --json`` print the base state beside the
-    flag, so only a COMPLETED one waits there, a cycle or so."""
-    return job.state is JobState.COMPLETED and "COMPLETING" in job.state_flags
 
 
 def _saved_progress(row: dict[str, Any], at: float) -> float:

@@ -135,6 +135,18 @@ class Job:
         return self.state is JobState.RUNNING
 
     @property
+    def ends_unknown(self) -> bool:
+        """Completing, and the record does not say how it ended.
+
+        Slurm 22.05's ``squeue --json``, and pyslurm (``job_state_string()``),
+        print the one word ``COMPLETING`` for a completing job, whatever its
+        end, and the adapters read it as COMPLETED with the flag: a job that
+        failed, or that was requeued, looks completed until its nodes are done
+        with it (a site's epilog makes that seconds). 23.02 and later's
+        ``squeue --json`` print the base state beside the flag."""
+        return self.state is JobState.COMPLETED and "COMPLETING" in self.state_flags
+
+    @property
     def is_held(self) -> bool:
         return self.is_pending and self.reason.startswith("JobHeld")
 

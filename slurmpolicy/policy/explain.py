@@ -18,7 +18,7 @@ from slurmpolicy.durations import humanize
 from slurmpolicy.errors import JobGone
 from slurmpolicy.hostlist import compress
 from slurmpolicy.jobpolicy import JobPolicy, last_checkpoint
-from slurmpolicy.model import Job, JobState, Snapshot
+from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy import deferral, elastic, preemption, priority, reservations
 from slurmpolicy.policy.actions import Intents, VictimState
 from slurmpolicy.policy.context import Context, job_gpus, job_gpus_per_node
@@ -262,9 +262,7 @@ def explain(snapshot: Snapshot, fabric: Fabric, settings: Settings, intents: Int
         notes.append(f"checkpoint {describe(ctx.policy(job).checkpoint)}")
         return _explain_running(ctx, job, base, notes)
     if not job.is_pending:
-        if job.state is JobState.COMPLETED and "COMPLETING" in job.state_flags:
-            # 22.05's squeue --json and pyslurm print COMPLETING in place of how
-            # the job ended (read as COMPLETED): it may have failed.
+        if job.ends_unknown:  # it may have failed: not "COMPLETED"
             return Explanation(
                 state="COMPLETING", headline=f"Job {job.job_id} is COMPLETING: it has ended, "
                 "and how (completed, failed, requeued) shows once its epilog is done",
