@@ -145,6 +145,11 @@ class Preemption(_Section, frozen=True, forbid_unknown_fields=True, kw_only=True
     max_per_job_per_day: PositiveInt = 3
     #: Estimated cost of restarting a job (restore + warm-up), in seconds of its GPUs.
     restart_cost: Annotated[float, msgspec.Meta(ge=0, le=_DAY)] = 300.0
+    #: GPU-seconds that one second of a beneficiary's wait for its victims'
+    #: saves costs, per GPU it takes on the host, when victims are chosen.
+    #: 1 counts its idle GPUs alone; higher values choose fast savers (a sooner
+    #: start, fewer GPUs idle in grace) over victims with less to restart.
+    wait_weight: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 16.0
     #: --checkpoint=none jobs are allowed only in these partitions (empty: anywhere).
     no_checkpoint_partitions: tuple[str, ...] = ()
     #: Victims a single beneficiary may claim per cycle.

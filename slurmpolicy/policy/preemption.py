@@ -351,6 +351,7 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
 def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
                     by_host: dict[str, list[Job]], shape: Shape) -> frozenset[str]:
     gpn = shape.gpus_per_node
+    wait_weight = ctx.settings.preemption.wait_weight
     costs = []
     for h, f in avail.items():
         if f < gpn:
@@ -370,8 +371,10 @@ def _cheapest_hosts(ctx: Context, avail: dict[str, int], free: dict[str, int],
             rigid += key[4]
             wait = max(wait, _grace(ctx, v))
         # The beneficiary's GPUs on this host sit idle until its slowest victim
-        # there has saved: GPU-seconds as real as the victims' own.
-        cost += gpn * wait
+        # there has saved: GPU-seconds as real as the victims' own, and its
+        # start waits as long (preemption.wait_weight: how much that wait counts
+        # against the victims' restarts).
+        cost += wait_weight * gpn * wait
         costs.append((cost, lost, rigid, h not in shape.prefer, h))
     costs.sort()
     return frozenset(h for *_, h in costs[:shape.nodes])

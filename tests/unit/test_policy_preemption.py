@@ -382,6 +382,25 @@ def test_the_beneficiarys_wait_for_a_slow_saver_counts_in_the_host_cost():
     assert start.victims == (102,)
 
 
+@pytest.mark.parametrize(("wait_weight", "victim"), [(None, 102), (1, 101)])
+def test_the_wait_weight_trades_a_victims_restart_for_a_sooner_start(wait_weight, victim):
+    """A one-GPU production job can take the GPU of a 1-GPU job that saves in
+    120 s (host 1) or the two of a 2-GPU job that saves in 5 s (host 2). By
+    default (preemption.wait_weight 16) its 115 s less waiting outweigh one
+    more GPU to restart (300 GPU-seconds); counting its idle GPU alone
+    (weight 1), the slow saver is cheaper (540 against 615 GPU-seconds)."""
+    b = ClusterBuilder(hosts=2)
+    b.run(101, "r", hosts=[1], gpus_per_node=1, admin_comment=d("research", "USR1", grace=120))
+    b.run(103, "p", hosts=[1], gpus_per_node=7, admin_comment=PROD)  # not preemptible
+    b.run(102, "r", hosts=[2], gpus_per_node=2, admin_comment=d("research", "USR1", grace=5))
+    b.run(104, "p", hosts=[2], gpus_per_node=6, admin_comment=PROD)
+    b.pend(1, "p", gpus_per_node=1, admin_comment=PROD)
+    s = (Settings() if wait_weight is None
+         else from_mapping({"preemption": {"wait_weight": wait_weight}}))
+    (start,) = starts(plan(b.snapshot(), b.fabric(), s, Intents(), b.now))
+    assert start.victims == (victim,)
+
+
 def test_one_free_gpu_is_one_jobs_start_not_everyones():
     """Slurm gives a free GPU to one job: of three one-GPU production jobs and
     one free GPU, the highest takes it and the other two get preemptions
