@@ -214,3 +214,14 @@ def test_settings_and_their_notices_come_from_one_reading(
     assert reads == [path]
     assert loaded.reservations.starvation_wait == 7200
     assert len(notes) == 1 and "reserve_after_wait = true" in notes[0]
+
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "contrib" / "examples"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
+def test_every_example_settings_file_loads_and_changes_something(name):
+    """The settings files the docs point users at (`-c`, `scripts/figures
+    --config`) load as they are, and each sets something the defaults don't."""
+    assert settings.load(EXAMPLES / name) != settings.Settings()
