@@ -672,3 +672,37 @@ def test_open_only_free_gpus_go_by_slurms_own_order():
     b.jobs = [j for j in b.jobs if j.job_id != 9]
     light = plan(b.snapshot(), b.fabric(), Settings(), intents, b.now + 5, open_only=True)
     assert len(aborted(light)) == 1
+
+
+@pytest.mark.parametrize("partitions", [None, {"a": [1, 2], "b": [3, 4]}])
+def test_candidates_come_by_class_rank_then_slurms_order(partitions):
+    """The jobs a preemption is searched for, in the order they are read: the
+    higher class first, then the new effective priority, the earlier submit,
+    the lower id; jobs that cannot have one (no GPUs, held, of a class no
+    higher than the lowest running preemptible one) are never read. One
+    partition reads prio's sorted order; several read a heap: the same order."""
+    from slurmpolicy.policy import priority
+    from slurmpolicy.policy.context import Context
+    from slurmpolicy.policy.preemption import _candidates
+
+    b = ClusterBuilder(hosts=4, partitions=partitions or {})
+    part = (lambda i: "a" if i % 2 else "b") if partitions else (lambda i: None)
+    b.run(101, "r", hosts=[1], admin_comment=d("experimental", "USR1"))
+    classes = ("production", "research", "experimental")
+    for i in range(1, 25):
+        b.pend(i, "ab"[i % 2], admin_comment=d(classes[i % 3], "USR1"),
+               priority=1000 + (i * 37) % 11 * 100, waited=60.0 + (i * 13) % 5,
+               partition=part(i), gpus_per_node=0 if i == 7 else None,
+               reason="JobHeldUser" if i == 10 else "Resources")
+    s = Settings()
+    ctx = Context(b.snapshot(), b.fabric(), s, Intents(), b.now)
+    prio = priority.compute(ctx)
+    assert len(prio.order) == (2 if partitions else 1)
+    low = s.classes["experimental"].rank
+    got = [j.job_id for j in _candidates(ctx, prio, low)]
+    want = sorted((j for j in ctx.pending
+                   if ctx.info(j).rank > low and j.job_id not in (7, 10)),
+                  key=lambda j: (-ctx.info(j).rank, -prio.effective[j.job_id],
+                                 j.submit_time, j.job_id))
+    assert got == [j.job_id for j in want]
+    assert 7 not in got and 10 not in got and len(got) == 14
