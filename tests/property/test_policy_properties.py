@@ -182,6 +182,23 @@ def test_plans_are_deterministic_and_second_plan_starts_nothing_new(case):
     assert not sent & set(signals)
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.randoms(use_true_random=False))
+def test_a_plan_does_not_depend_on_the_order_slurm_lists_jobs_in(case, rnd):
+    """squeue and pyslurm list jobs in no promised order (nor does the
+    simulator's snapshot): the same jobs in another order give the same
+    actions and the same effective priorities."""
+    b, s, intents = case
+    snap, fab = b.snapshot(), b.fabric()
+    jobs = list(snap.jobs)
+    rnd.shuffle(jobs)
+    first = plan(snap, fab, s, intents, b.now)
+    again = plan(replace(snap, jobs=tuple(jobs)), fab, s, intents, b.now)
+    assert sorted(map(repr, first.actions)) == sorted(map(repr, again.actions))
+    assert first.effective_priority == again.effective_priority
+    assert first.held_back == again.held_back
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.lists(st.tuples(st.sampled_from([10.0, 30.0, 90.0]),
                                               st.sampled_from([False, False, True])),
