@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import cached_property
 from itertools import compress
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from slurmpolicy.model import Job, JobState, Node, Reservation, Snapshot
 from slurmpolicy.policy import fairshare
 from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
 from slurmpolicy.policy.classes import JobClass, resolve_class
+from slurmpolicy.policy.fairshare import FairShareState
 from slurmpolicy.protocol import effective_policy
 from slurmpolicy.settings import Settings
 from slurmpolicy.topology.slices import is_slice_type, node_free
@@ -462,9 +464,6 @@ class Context:
                               if r.name.startswith(f"{self.prefix}job_")
                               and (tail := r.name[len(self.prefix) + 4:]).isdigit()}
         self._later_for: dict[tuple[int, str, int, str], frozenset[str]] = {}
-        self.fairshare = fairshare.compute(
-            settings, map(_account, self.pending), self.running, self.total_gpus,
-            intents.usage, intents.usage_at, now)
         self.track_preemptions(intents.open_preemptions())
         self._domain_of: dict[Level, dict[str, str]] = {}
         self._free_maps: dict[tuple[Any, ...], dict[str, int]] = {}
@@ -502,6 +501,15 @@ class Context:
         if info is None or info.job is not job:
             info = self.info(job)
         return info.policy
+
+    @cached_property
+    def fairshare(self) -> FairShareState:
+        """Fair share for this plan, worked out when a rule first reads it: the
+        plans that only move open preemptions on never do (it walks every
+        waiting job's account)."""
+        return fairshare.compute(
+            self.settings, map(_account, self.pending), self.running, self.total_gpus,
+            self.intents.usage, self.intents.usage_at, self.now)
 
     def info(self, job: Job) -> JobInfo:
         """What the job's record determines (its directives, class, ...), cached."""
