@@ -83,6 +83,33 @@ def test_the_wall_time_is_judged_against_five_minutes(figures, run):
     assert "the whole trace (1,500 jobs" in fast  # no --limit named: the speed run's own words
 
 
+def test_the_done_block_shows_the_runs_wall_time_cpu_and_targets(figures, run):
+    """The "Done when" run's block: its wall time against five minutes, each
+    load's CPU in both modes, and every target judged as simulate judged it."""
+    data, _ = run
+    fast = figures.done_block(data, 299.0, "abc1234", "here", ["--limit", "1500"])
+    slow = figures.done_block(data, 308.0, "abc1234", "here")
+    assert "| wall time, the whole run | 4 min 59 s | < 5 min: met |" in fast
+    assert "| wall time, the whole run | 5 min 8 s | < 5 min: **missed** by 8 s |" in slow
+    assert "--load-scale 1,2,3 --json --limit 1500`, a part of the trace" in fast
+    policy, base = _modes(data)["slurmpolicy"], _modes(data)["slurm-grace"]
+    line = next(x for x in fast.splitlines() if x.startswith("| CPU at x2:"))
+    assert (f"({policy['jobs']:,} jobs) | {policy['cpu_seconds']:.1f} s / "
+            f"{base['cpu_seconds']:.1f} s = "
+            f"{policy['cpu_seconds'] / base['cpu_seconds']:.1f}x |") in line
+    for target in data["loads"][0]["targets"]:
+        row = next(x for x in fast.splitlines() if x.startswith(f"| {target['target']} |"))
+        assert row.endswith(": met |") == target["met"], row
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
+def test_the_done_block_is_its_stored_run_rendered(figures, doc):
+    done = _stored("done")
+    where, rev, wall = done.pop("machine"), done.pop("commit"), done.pop("wall_seconds")
+    assert _block(doc, "done") == figures.done_block(done, wall, rev, where), (
+        f"{doc}'s done run " + _STALE.format("done"))
+
+
 def test_splice_replaces_only_between_its_markers(figures, tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("before\n<!-- figures:speed begin -->\nold\n<!-- figures:speed end -->\n"
@@ -148,7 +175,7 @@ def test_the_scale_targets_are_judged_on_the_slower_cycle(figures):
 
 @pytest.mark.parametrize(("doc", "name"), [
     (doc, name) for doc in ("README.md", "docs/simulate.md")
-    for name in ("simulate", "speed", "plan-scale")] + [("README.md", "bench"),
+    for name in ("simulate", "speed", "plan-scale", "done")] + [("README.md", "bench"),
                                                         ("docs/simulate.md", "reserve-after-wait")])
 def test_the_docs_hold_each_generated_block_once(doc, name):
     text = (ROOT / doc).read_text(encoding="utf-8")
@@ -308,7 +335,7 @@ def test_the_bench_block_is_its_stored_run_rendered(figures):
         "README's benchmarks " + _STALE.format("bench"))
 
 
-@pytest.mark.parametrize("name", ["simulate", "speed"])
+@pytest.mark.parametrize("name", ["simulate", "speed", "done"])
 def test_the_stored_targets_are_what_todays_rules_judge(name):
     from slurmpolicy.sim import metrics
 
