@@ -369,38 +369,16 @@ class Context:
         self.takes_uncounted: set[int] | None = None
         self.running: list[Job] = []
         self.by_id: dict[int, Job] = {}
-        self.pending_by_partition: dict[str, list[Job]] = {}
         self.running_by_host: dict[str, list[Job]] = {}
         by_id = self.by_id
         pending, running = self.pending, self.running
-        pending_by_partition, running_by_host = self.pending_by_partition, self.running_by_host
-        parts_of = cache.partitions
+        running_by_host = self.running_by_host
+        self._partitions_cache = cache.partitions
         PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
         jobs = snapshot.jobs
         by_id.update(zip(map(_job_id, jobs), jobs, strict=True))
         pending.extend([job for job in jobs if job.state is PENDING])
         running.extend([job for job in jobs if job.state is RUNNING])
-        texts = set(map(_partition, pending))
-        if len(texts) == 1:
-            # Every waiting job asks for the same partitions (most clusters'
-            # GPU queues): each of them lists them all, in the snapshot's order.
-            (text,) = texts
-            parts = parts_of.get(text)
-            if parts is None:
-                parts = parts_of[text] = self.partitions_of(pending[0])
-            for part in parts:
-                pending_by_partition.setdefault(part, []).extend(pending)
-        else:
-            for job in pending:
-                parts = parts_of.get(job.partition)
-                if parts is None:
-                    parts = parts_of[job.partition] = self.partitions_of(job)
-                for part in parts:
-                    hit = pending_by_partition.get(part)
-                    if hit is None:
-                        pending_by_partition[part] = [job]
-                    else:
-                        hit.append(job)
         for job in running:
             for host in job.nodes:
                 hit = running_by_host.get(host)
@@ -501,6 +479,37 @@ class Context:
         if info is None or info.job is not job:
             info = self.info(job)
         return info.policy
+
+    @cached_property
+    def pending_by_partition(self) -> dict[str, list[Job]]:
+        """The pending jobs of each partition they asked for, in ``pending``'s
+        order; worked out when a rule first reads it (plans that only move open
+        preemptions on never do)."""
+        pending = self.pending
+        parts_of = self._partitions_cache
+        by_partition: dict[str, list[Job]] = {}
+        texts = set(map(_partition, pending))
+        if len(texts) == 1:
+            # Every waiting job asks for the same partitions (most clusters'
+            # GPU queues): each of them lists them all, in the snapshot's order.
+            (text,) = texts
+            parts = parts_of.get(text)
+            if parts is None:
+                parts = parts_of[text] = self.partitions_of(pending[0])
+            for part in parts:
+                by_partition.setdefault(part, []).extend(pending)
+            return by_partition
+        for job in pending:
+            parts = parts_of.get(job.partition)
+            if parts is None:
+                parts = parts_of[job.partition] = self.partitions_of(job)
+            for part in parts:
+                hit = by_partition.get(part)
+                if hit is None:
+                    by_partition[part] = [job]
+                else:
+                    hit.append(job)
+        return by_partition
 
     @cached_property
     def fairshare(self) -> FairShareState:

@@ -86,8 +86,9 @@ def _bonus_hours(ctx: Context, job_id: int) -> float:
 class PriorityResult:
     site_factor: dict[int, int]
     effective: dict[int, int]
-    #: Blocked by fragmentation alone now (enough GPUs free, not in its shape);
-    #: asked only where a rule reads it (False elsewhere): for jobs of
+    #: Blocked by fragmentation alone now (enough GPUs free, not in its shape),
+    #: the jobs that are (True; ``.get`` of any other is None): asked only
+    #: where a rule reads it, for jobs of
     #: ``reservations.large_job_gpus`` or more (:func:`reservations.starving`)
     #: and, with the fragmentation bonus on, for jobs not yet seen fragmented.
     fragmented: dict[int, bool]
@@ -221,10 +222,8 @@ def compute(ctx: Context) -> PriorityResult:
     ctx.takes_uncounted = set(uncounted)
     site = dict(zip(ids, values, strict=True))
     effective = dict(zip(ids, effs, strict=True))
-    blocked = dict.fromkeys(ids, "")
-    blocked.update(why_of)
-    fragmented = dict.fromkeys(ids, False)
-    fragmented.update(dict.fromkeys(frag_ids, True))
+    blocked = dict(why_of)  # the blocked ones alone: a few of a deep queue
+    fragmented = dict.fromkeys(frag_ids, True)
     order: dict[str, list[Job]] = {}
     order_keys: dict[str, list[tuple[int, float, int]]] = {}
     heads: dict[str, int] = {}
@@ -237,7 +236,7 @@ def compute(ctx: Context) -> PriorityResult:
         ranked = sorted(range(len(jobs)), key=part_keys.__getitem__)
         order[part] = list(map(jobs.__getitem__, ranked))
         order_keys[part] = list(map(part_keys.__getitem__, ranked))
-        head = next((j for j in order[part] if not blocked[j.job_id]), None)
+        head = next((j for j in order[part] if j.job_id not in blocked), None)
         if head is not None:
             heads[part] = head.job_id
     return PriorityResult(site, effective, fragmented, since_of, with_bonus, order, heads,
