@@ -105,6 +105,9 @@ class PriorityResult:
     #: Per partition, ``order``'s Slurm sort keys under the new site factors
     #: (-effective priority, submit time, job id: ascending is Slurm's order).
     order_keys: dict[str, list[tuple[int, float, int]]] = field(default_factory=dict)
+    #: With one partition whose jobs are ``ctx.pending`` in its order: the
+    #: positions in ``ctx.pending`` of that partition's ``order`` (else None).
+    pending_ranked: list[int] | None = None
 
     def slurm_order(self) -> list[Job]:
         """Every pending job once, highest effective priority first (ties: the
@@ -228,19 +231,23 @@ def compute(ctx: Context) -> PriorityResult:
     order_keys: dict[str, list[tuple[int, float, int]]] = {}
     heads: dict[str, int] = {}
     n = len(pending)
+    pending_ranked: list[int] | None = None
     for part, jobs in ctx.pending_by_partition.items():
         # Most often one partition: its list is ``pending`` (the same jobs in the
         # same order), whose keys the loop made.
-        part_keys = (keys if len(jobs) == n and all(map(is_, jobs, pending)) else
+        as_pending = len(jobs) == n and all(map(is_, jobs, pending))
+        part_keys = (keys if as_pending else
                      [(-effective[j.job_id], j.submit_time or 0.0, j.job_id) for j in jobs])
         ranked = sorted(range(len(jobs)), key=part_keys.__getitem__)
+        if as_pending and len(ctx.pending_by_partition) == 1:
+            pending_ranked = ranked
         order[part] = list(map(jobs.__getitem__, ranked))
         order_keys[part] = list(map(part_keys.__getitem__, ranked))
         head = next((j for j in order[part] if j.job_id not in blocked), None)
         if head is not None:
             heads[part] = head.job_id
     return PriorityResult(site, effective, fragmented, since_of, with_bonus, order, heads,
-                          order_keys)
+                          order_keys, pending_ranked)
 
 
 def competing_groups(ctx: Context) -> list[list[Job]]:
@@ -393,16 +400,19 @@ def _reorder(group: list[Job], new: dict[int, int], cur: dict[int, int],
 
 _key_priority = itemgetter(0)  # -effective priority
 _key_id = itemgetter(2)
+_job_id = attrgetter("job_id")
 
 
-def _order_head(keys: list[tuple[int, float, int]], new: dict[int, int], cur: dict[int, int],
+def _order_head(keys: list[tuple[int, float, int]], held: list[int],
                 known: Mapping[int, int], depth: int, chosen: set[int],
                 ) -> tuple[list[tuple[int, float, int]], set[int]]:
     """The part of a deep group's order that the order check looks at, and the
     jobs it must lift (added to ``chosen`` too).
 
     ``keys``: the group's Slurm sort keys at the policy's values, sorted (the
-    policy's order), more than ``2 * depth`` of them. The head is the policy's
+    policy's order), more than ``2 * depth`` of them; ``held``: each one's
+    Slurm priority as Slurm holds its site factor now (effective - new + what
+    Slurm holds), in the same order. The head is the policy's
     first ``depth`` jobs. The floor is the lower of Slurm's ``depth``-th
     priority (as it holds the site factors) and the head's last effective
     priority. Checked: the head, every job Slurm holds at or above the floor
@@ -417,9 +427,6 @@ def _order_head(keys: list[tuple[int, float, int]], new: dict[int, int], cur: di
     themselves only, deeper than Slurm's schedulers look.
     """
     ids = list(map(_key_id, keys))
-    # Slurm's priority as it holds the site factor: effective - new + cur.
-    held = list(map(sub, map(cur.__getitem__, ids),
-                    map(add, map(_key_priority, keys), map(new.__getitem__, ids))))
     floor = min(heapq.nlargest(depth, held)[-1], -keys[depth - 1][0])
     lifted = {ids[x] for x in range(depth) if held[x] < floor}
     chosen |= lifted
@@ -453,12 +460,15 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     threshold = max(1, ctx.settings.priority.change_threshold)
     known = ctx.intents.site_factors
     new = result.site_factor
+    by_id = ctx.by_id
     ids = list(new)  # the pending jobs' ids, in ctx.pending's order (priority.compute)
-    # What Slurm holds: the value the daemon wrote, else the record's.
-    cur = dict(zip(ids, map(known.get, ids, map(_site_factor, ctx.pending)), strict=True))
-    # New jobs are a few of a deep queue: found by C-level lookups.
+    # What Slurm holds: the value the daemon wrote, else the record's; a column
+    # in ctx.pending's order (the order check of a deep queue reads it all).
+    held_factor = list(map(known.get, ids, map(_site_factor, ctx.pending)))
+    # New jobs are a few of a deep queue: found by C-level lookups (Slurm holds
+    # their record's site factor).
     chosen = {job_id for job_id in filterfalse(known.__contains__, ids)
-              if abs(new[job_id] - cur[job_id]) >= threshold}
+              if abs(new[job_id] - by_id[job_id].site_factor) >= threshold}
     depth = ctx.settings.priority.order_depth
     effective = result.effective
     lifted: set[int] = set()
@@ -473,12 +483,25 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
             # A queue up to twice the depth costs the whole check about what
             # its head's costs.
             if depth and len(group) > 2 * depth:
-                if keys is None:
-                    keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id)
-                                  for j in group)
-                keys, lifted_here = _order_head(keys, new, cur, known, depth, chosen)
+                if keys is not None and result.pending_ranked is not None:
+                    # Slurm's priority as it holds the site factor (effective -
+                    # new + held), in the order's positions: C-level columns.
+                    held_col = list(map(sub, map(add, held_factor, effective.values()),
+                                        new.values()))
+                    held = list(map(held_col.__getitem__, result.pending_ranked))
+                else:
+                    if keys is None:
+                        keys = sorted((-effective[j.job_id], j.submit_time or 0.0, j.job_id)
+                                      for j in group)
+                    held_of = dict(zip(ids, held_factor, strict=True))
+                    held = [held_of[k[2]] - k[0] - new[k[2]] for k in keys]
+                keys, lifted_here = _order_head(keys, held, known, depth, chosen)
                 lifted |= lifted_here
+            checked = (list(map(_key_id, keys)) if keys is not None
+                       else list(map(_job_id, group)))
+            cur = {k: known.get(k, by_id[k].site_factor) for k in checked}
             _reorder(group, new, cur, effective, threshold, chosen, keys)
+    cur = {j: known.get(j, by_id[j].site_factor) for j in chosen}
     changes = sorted((-abs(new[j] - cur[j]), j) for j in chosen)
     wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
     writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
