@@ -102,14 +102,6 @@ def test_the_done_block_shows_the_runs_wall_time_cpu_and_targets(figures, run):
         assert row.endswith(": met |") == target["met"], row
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
-def test_the_done_block_is_its_stored_run_rendered(figures, doc):
-    done = _stored("done")
-    where, rev, wall = done.pop("machine"), done.pop("commit"), done.pop("wall_seconds")
-    assert _block(doc, "done") == figures.done_block(done, wall, rev, where), (
-        f"{doc}'s done run " + _STALE.format("done"))
-
-
 def test_splice_replaces_only_between_its_markers(figures, tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("before\n<!-- figures:speed begin -->\nold\n<!-- figures:speed end -->\n"
@@ -316,11 +308,17 @@ def test_the_waited_run_refuses_a_figures_run_of_other_jobs(figures):
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
-def test_the_speed_and_scale_blocks_are_their_stored_runs_rendered(figures, doc):
-    speed = _stored("speed")
-    where, rev, wall = speed.pop("machine"), speed.pop("commit"), speed.pop("wall_seconds")
-    assert _block(doc, "speed") == figures.speed_block(speed, wall, rev, where), (
-        f"{doc}'s speed run " + _STALE.format("speed"))
+@pytest.mark.parametrize("name", ["speed", "done"])
+def test_the_timed_runs_blocks_are_their_stored_runs_rendered(figures, doc, name):
+    run = _stored(name)
+    where, rev, wall = run.pop("machine"), run.pop("commit"), run.pop("wall_seconds")
+    render = getattr(figures, f"{name}_block")
+    assert _block(doc, name) == render(run, wall, rev, where), (
+        f"{doc}'s {name} run " + _STALE.format(name))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/simulate.md"])
+def test_the_scale_block_is_its_stored_run_rendered(figures, doc):
     scale = _stored("scale")
     assert _block(doc, "plan-scale") == figures.scale_block(
         scale["rows"], scale["commit"], scale["machine"]), (
