@@ -483,7 +483,8 @@ class PolicyDriver:
                         else self._job(j, ack))
             due[job_id] = self._ack_due_at(j)
         touched.clear()
-        # The running jobs' records, for fair share's usage (in the snapshot's order).
+        # The running jobs' records by job id, for fair share's usage (which sums
+        # them in this order: a float sum that must not move with the snapshot's).
         self._running_records = sorted(jobs[len(pending):], key=_job_id)
         # The waiting jobs by when they last came to wait, then the running ones:
         # not squeue's order (nor is squeue's by id), which no plan may depend
