@@ -264,8 +264,31 @@ class Snapshot:
         return hit
 
     def job(self, job_id: int) -> Job | None:
+        return self.jobs_by_id().get(job_id)
+
+    def jobs_by_id(self) -> dict[int, Job]:
+        """Every job by id, in ``jobs``' order (built once, shared: not to be changed)."""
         by_id: dict[int, Job] = self._cached("jobs", lambda: {j.job_id: j for j in self.jobs})
-        return by_id.get(job_id)
+        return by_id
+
+    def by_state(self) -> tuple[list[Job], list[Job]]:
+        """The pending jobs and the running ones, each in ``jobs``' order (built
+        once, shared: not to be changed)."""
+        split: tuple[list[Job], list[Job]] = self._cached("by_state", lambda: (
+            [j for j in self.jobs if j.state is JobState.PENDING],
+            [j for j in self.jobs if j.state is JobState.RUNNING]))
+        return split
+
+    def prime(self, by_id: dict[int, Job], pending: list[Job], running: list[Job]) -> None:
+        """Hand over :meth:`jobs_by_id` and :meth:`by_state`, already built.
+
+        For a reader that keeps its records from one read to the next (the
+        simulator's daemon, sim/driver.py): it holds the waiting jobs by id
+        already, and building the tables again is a walk of the whole queue
+        per plan. They must be exactly what the methods would build
+        (tests/unit/test_sim_driver.py checks the simulator's)."""
+        self._index["jobs"] = by_id
+        self._index["by_state"] = (pending, running)
 
     def node(self, name: str) -> Node | None:
         by_name: dict[str, Node] = self._cached("nodes", lambda: {n.name: n for n in self.nodes})

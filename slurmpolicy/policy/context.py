@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from slurmpolicy.jobpolicy import JobPolicy, parse_admin_comment
-from slurmpolicy.model import Job, JobState, Node, Reservation, Snapshot
+from slurmpolicy.model import Job, Node, Reservation, Snapshot
 from slurmpolicy.policy import fairshare
 from slurmpolicy.policy.actions import Intents, PreemptionIntent, VictimState
 from slurmpolicy.policy.classes import JobClass, resolve_class
@@ -359,7 +359,10 @@ class Context:
         self.victim_answers: dict[tuple[int, int | None], str | None] = {}
         #: preemption's victim order keys, by job id (they read the job, now, the intents).
         self.victim_keys: dict[int, tuple[bool, bool, float, float, bool, int]] = {}
-        self.pending: list[Job] = []
+        #: The waiting jobs and the running ones, in the snapshot's order, and
+        #: every job by id: the snapshot's own tables (Snapshot.by_state,
+        #: jobs_by_id), shared, so never changed here.
+        self.pending: list[Job]
         #: The pending jobs with a deferral window, in ``pending``'s order, once
         #: priority.compute walked the queue (None before: deferral walks it).
         self.deferrable: list[Job] | None = None
@@ -367,18 +370,13 @@ class Context:
         #: priority.compute walked the queue (None before: then assign_free
         #: asks every job of its order).
         self.takes_uncounted: set[int] | None = None
-        self.running: list[Job] = []
-        self.by_id: dict[int, Job] = {}
+        self.running: list[Job]
+        self.pending, self.running = snapshot.by_state()
+        self.by_id: dict[int, Job] = snapshot.jobs_by_id()
         self.running_by_host: dict[str, list[Job]] = {}
-        by_id = self.by_id
-        pending, running = self.pending, self.running
+        running = self.running
         running_by_host = self.running_by_host
         self._partitions_cache = cache.partitions
-        PENDING, RUNNING = JobState.PENDING, JobState.RUNNING
-        jobs = snapshot.jobs
-        by_id.update(zip(map(_job_id, jobs), jobs, strict=True))
-        pending.extend([job for job in jobs if job.state is PENDING])
-        running.extend([job for job in jobs if job.state is RUNNING])
         for job in running:
             for host in job.nodes:
                 hit = running_by_host.get(host)

@@ -510,9 +510,17 @@ class PolicyDriver:
                 hit = self._nodes[h] = (free, node)
             nodes.append(hit[1])
         reservations = tuple(self._reservation(r) for r in sim.reservations.values())
-        return Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
-                        cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),
-                        partitions=(self.partition,), reservations=reservations)
+        snapshot = Snapshot(taken_at=now, slurm_version="22.05.8 (simulated)",
+                            cluster_name="sim", jobs=tuple(jobs), nodes=tuple(nodes),
+                            partitions=(self.partition,), reservations=reservations)
+        # The planner's tables of the jobs, from the waiting ones held by id
+        # (a dict's copy), not from a walk of the whole queue.
+        n = len(pending)
+        running_now = jobs[n:]
+        record_of = dict(pending)
+        record_of.update(zip(map(_job_id, running_now), running_now, strict=True))
+        snapshot.prime(record_of, jobs[:n], running_now)
+        return snapshot
 
 
     def _reservation(self, r: SimReservation) -> Reservation:

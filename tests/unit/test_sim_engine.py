@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -594,6 +595,33 @@ def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
 
     _replay_checking_snapshots(check)
     assert sum(checked) > 100 and len(checked) > sum(checked)
+
+
+def test_the_snapshot_hands_the_planner_the_tables_it_would_build() -> None:
+    """snapshot() primes the Snapshot's job tables (by id, pending, running)
+    from the records it keeps, instead of a walk of the queue per plan: at
+    every plan of a replay they are exactly what a plain Snapshot of the same
+    jobs builds, in the same order."""
+    from dataclasses import replace
+
+    from slurmpolicy.model import JobState
+
+    counts: list[tuple[int, int]] = []
+
+    def check(sim: Simulator, driver: PolicyDriver, snap: Any) -> None:
+        plain = replace(snap)  # the same jobs, with no tables handed over
+        assert list(snap.jobs_by_id().items()) == list(plain.jobs_by_id().items())
+        primed, built = snap.by_state(), plain.by_state()
+        assert primed is not built
+        for have, want in zip(primed, built, strict=True):
+            assert len(have) == len(want)
+            assert all(map(operator.is_, have, want))
+        assert all(j.state is JobState.PENDING for j in primed[0])
+        counts.append((len(primed[0]), len(primed[1])))
+
+    _replay_checking_snapshots(check)
+    assert len(counts) > 10
+    assert max(p for p, _ in counts) > 5 and max(r for _, r in counts) > 5
 
 
 def test_a_replay_says_where_its_cpu_went() -> None:
