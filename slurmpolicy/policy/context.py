@@ -82,8 +82,8 @@ class JobInfo:
     across plans in a :class:`PlanCache` for as long as the record is unchanged."""
 
     __slots__ = ("blocked", "can_checkpoint", "deferrable", "end", "frag_key", "gpu_type",
-                 "gpus", "job", "job_class", "policy", "quota", "rank", "since", "site_base",
-                 "slurm_base", "submit", "take_key", "takes_uncounted")
+                 "gpus", "job", "job_class", "plain", "policy", "quota", "rank", "since",
+                 "site_base", "slurm_base", "submit", "take_key", "takes_uncounted")
 
     def __init__(self, job: Job, policy: JobPolicy, job_class: JobClass,
                  settings: Settings) -> None:
@@ -130,6 +130,13 @@ class JobInfo:
         #: for a reservation (whose hosts are its own).
         self.takes_uncounted = (self.gpu_type is not None or self.take_key[2] <= 0
                                 or bool(job.reservation))
+        #: Nothing in priority.compute's walk but its value applies to it: not
+        #: blocked (whatever the time: no begin time), no deferral window,
+        #: counted in the free GPUs, below ``reservations.large_job_gpus`` (no
+        #: fragmentation answer is asked for it while the bonus is off).
+        self.plain = not (self.blocked or self.quota or job.begin_time is not None
+                          or self.deferrable or self.takes_uncounted
+                          or self.gpus >= settings.reservations.large_job_gpus)
 
     def blocked_at(self, now: float) -> str:
         """:meth:`Context.blocked_by_slurm`'s answer for the record at ``now``.

@@ -160,11 +160,31 @@ def compute(ctx: Context) -> PriorityResult:
     deferrable: list[Job] = []  # those with a deferral window (ctx.deferrable)
     uncounted: list[int] = []  # ctx.takes_uncounted
     frag_ids: list[int] = []  # the fragmented ones
+    # Most of a deep queue is plain (JobInfo.plain): with no fragmentation
+    # bonus known or to give, such a job's value is its aging and fair share
+    # alone, and the checks further down answer nothing for it.
+    plain_ok = known_get is None and not bonus_on
     for job in pending:
         job_id = job.job_id
         info = infos_get(job_id)
         if info is None or info.job is not job:
             info = info_of(job)
+        if plain_ok and info.plain:
+            since = info.since
+            if since is None or now <= since:
+                aging = 0
+            else:
+                wait = now - since
+                aging = round(wait / 3600.0 * per_hour) if wait < max_age else aged_out
+            value = info.site_base + points.get(job.account, 0) + aging
+            if value < 0:
+                value = 0
+            ids.append(job_id)
+            values.append(value)
+            eff = info.slurm_base + value
+            effs.append(eff)
+            keys.append((-eff, info.submit, job_id))
+            continue
         why = info.blocked  # info.blocked_at(now), inlined
         if not why:
             begin = job.begin_time

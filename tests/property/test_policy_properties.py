@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -385,3 +386,27 @@ def test_reservations_ahead_of_a_job_are_those_its_limit_runs_into(case, ahead, 
                          and r.name not in own
                          and not ("MAGNETIC" in r.flags and job.user in r.users))
         assert ctx.reserved_later_for(job) == want
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.sampled_from([0.0, 0.0, 50.0]), st.booleans())
+def test_every_site_factor_is_the_sum_of_its_parts(case, bonus_per_hour, seen_fragmented):
+    """priority.compute's walk of the queue (which takes a short path for the
+    plain jobs of a deep queue) gives each waiting job what ``factors()``
+    adds up, fragmentation bonus included, and Slurm's priority moved by
+    the change of its site factor."""
+    b, s, intents = case
+    s = msgspec.structs.replace(s, aging=msgspec.structs.replace(
+        s.aging, fragmentation_bonus_per_hour=bonus_per_hour))
+    snap = b.snapshot()
+    pending = [j for j in snap.jobs if j.is_pending]
+    if seen_fragmented and pending:
+        intents = replace(intents, fragmented_since={pending[0].job_id: b.now - 7200})
+    ctx = Context(snap, b.fabric(), s, intents, b.now)
+    result = priority.compute(ctx)
+    assert set(result.site_factor) == {j.job_id for j in pending}
+    for job in pending:
+        value = result.site_factor[job.job_id]
+        parts = priority.factors(ctx, job, job.job_id in result.bonus)
+        assert value == parts.total, (job.job_id, parts)
+        assert result.effective[job.job_id] == job.priority - job.site_factor + value
