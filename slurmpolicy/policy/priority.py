@@ -526,15 +526,23 @@ def site_factor_actions(ctx: Context, result: PriorityResult,
     wanted = [job_id for _, job_id in changes[:ctx.settings.priority.max_updates_per_cycle]]
     writable = site_factors_within(wanted, new, ctx.settings.daemon.max_slurm_calls_per_cycle)
     actions = []
+    fs = ctx.fairshare
+    # A plan writes up to hundreds of site factors of a few accounts: each
+    # account's fair share worded (and its points) once.
+    fs_words: dict[str, tuple[int, str]] = {}
     for job_id in writable:
         job = ctx.by_id[job_id]
         why = ("new job" if job_id not in known else
                f"among the first {depth} of the policy's order, held below the jobs "
                "Slurm ranks there" if job_id in lifted else
                "its order against competing jobs changed")
+        account = job.account
+        words = fs_words.get(account)
+        if words is None:
+            words = fs_words[account] = (fs.points(account), fs.describe(account))
+        parts = factors(ctx, job, job_id in result.bonus, fairshare_points=words[0])
         actions.append(SetSiteFactor(
             job_id=job_id, site_factor=new[job_id], previous=cur[job_id],
             reason=f"site factor {cur[job_id]} -> {new[job_id]} ({why}): "
-                   f"{factors(ctx, job, job_id in result.bonus).describe()}"
-                   f" ({ctx.job_class(job).name}, {ctx.fairshare.describe(job.account)})"))
+                   f"{parts.describe()} ({ctx.job_class(job).name}, {words[1]})"))
     return actions, len(wanted) - len(writable)
