@@ -286,7 +286,7 @@ class Snapshot:
         simulator's daemon, sim/driver.py): it holds the waiting jobs by id
         already, and building the tables again is a walk of the whole queue
         per plan. They must be exactly what the methods would build
-        (tests/unit/test_sim_driver.py checks the simulator's)."""
+        (tests/unit/test_sim_engine.py checks the simulator's)."""
         self._index["jobs"] = by_id
         self._index["by_state"] = (pending, running)
 

@@ -469,9 +469,10 @@ class PolicyDriver:
         if sim.repriced:
             # The waiting jobs listed in Slurm's order as PriorityCalcPeriod
             # just sorted it (new arrivals join at the end until the next),
-            # which the planner's sort by priority then finds nearly sorted:
-            # a shuffled deep queue was a fifth of priority.compute. No plan
-            # depends on the order (tests/property: any order, same plan).
+            # which the planner's sort by priority then finds nearly sorted
+            # (the sort of a shuffled deep queue was about an eighth of
+            # priority.compute, session 28). No plan depends on the order
+            # (tests/property: the jobs in any order, the same plan).
             in_order = {key[-1]: record for key in sim.ordered()
                         if (record := pending.get(key[-1])) is not None}
             if len(in_order) == len(pending):
