@@ -162,70 +162,55 @@ def compute(ctx: Context) -> PriorityResult:
     frag_ids: list[int] = []  # the fragmented ones
     # Most of a deep queue is plain (JobInfo.plain): with no fragmentation
     # bonus known or to give, such a job's value is its aging and fair share
-    # alone, and the checks further down answer nothing for it.
+    # alone, and the checks below answer nothing for it: skipped.
     plain_ok = known_get is None and not bonus_on
     for job in pending:
         job_id = job.job_id
         info = infos_get(job_id)
         if info is None or info.job is not job:
             info = info_of(job)
-        if plain_ok and info.plain:
-            since = info.since
-            if since is None or now <= since:
-                aging = 0
-            else:
-                wait = now - since
-                aging = round(wait / 3600.0 * per_hour) if wait < max_age else aged_out
-            value = info.site_base + points.get(job.account, 0) + aging
-            if value < 0:
-                value = 0
-            ids.append(job_id)
-            values.append(value)
-            eff = info.slurm_base + value
-            effs.append(eff)
-            keys.append((-eff, info.submit, job_id))
-            continue
-        why = info.blocked  # info.blocked_at(now), inlined
-        if not why:
-            begin = job.begin_time
-            why = "deferred" if begin is not None and begin > now else info.quota
-        if why:
-            why_of.append((job_id, why))
-        if info.deferrable:
-            deferrable.append(job)
-        if info.takes_uncounted:
-            uncounted.append(job_id)
-        first = known_get(job_id) if known_get is not None else None
-        if not why and ((first is None and bonus_on) or info.gpus >= large):
-            if job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
-                frag = ctx.fragmentation_blocked(job)
-            else:
-                key: tuple[object, ...] = info.frag_key
-                if later:
-                    # Reservations ahead that its time limit runs into take hosts
-                    # from it alone: part of the answer's key.
-                    key = (key, ctx.reserved_later_for(job))
-                hit = frag_by_shape.get(key)
-                if hit is None:
-                    hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
-                frag = hit
-            if frag:
-                frag_ids.append(job_id)
-                # Once seen blocked by fragmentation alone, a job earns the bonus
-                # from then on while it waits: a flag that followed each cycle's
-                # free GPUs would add and take back the bonus of thousands of
-                # jobs at once (a Slurm call each), and a bonus for every hour
-                # waited would jump by hours of points the cycle a job first
-                # counts as fragmented.
-                if first is None and bonus_on:  # off: nothing to remember
-                    first = now
         extra = 0
-        if first is not None:
-            since_of[job_id] = first
+        if not (plain_ok and info.plain):
+            why = info.blocked  # info.blocked_at(now), inlined
             if not why:
-                with_bonus.add(job_id)
-                held = now - first
-                extra = round((held if held < max_age else max_age) / 3600.0 * bonus_per_hour)
+                begin = job.begin_time
+                why = "deferred" if begin is not None and begin > now else info.quota
+            if why:
+                why_of.append((job_id, why))
+            if info.deferrable:
+                deferrable.append(job)
+            if info.takes_uncounted:
+                uncounted.append(job_id)
+            first = known_get(job_id) if known_get is not None else None
+            if not why and ((first is None and bonus_on) or info.gpus >= large):
+                if job.reservation or job_id in own_res:  # ctx.has_own_active_reservation
+                    frag = ctx.fragmentation_blocked(job)
+                else:
+                    key: tuple[object, ...] = info.frag_key
+                    if later:
+                        # Reservations ahead that its time limit runs into take hosts
+                        # from it alone: part of the answer's key.
+                        key = (key, ctx.reserved_later_for(job))
+                    hit = frag_by_shape.get(key)
+                    if hit is None:
+                        hit = frag_by_shape[key] = ctx.fragmentation_blocked(job)
+                    frag = hit
+                if frag:
+                    frag_ids.append(job_id)
+                    # Once seen blocked by fragmentation alone, a job earns the bonus
+                    # from then on while it waits: a flag that followed each cycle's
+                    # free GPUs would add and take back the bonus of thousands of
+                    # jobs at once (a Slurm call each), and a bonus for every hour
+                    # waited would jump by hours of points the cycle a job first
+                    # counts as fragmented.
+                    if first is None and bonus_on:  # off: nothing to remember
+                        first = now
+            if first is not None:
+                since_of[job_id] = first
+                if not why:
+                    with_bonus.add(job_id)
+                    held = now - first
+                    extra = round((held if held < max_age else max_age) / 3600.0 * bonus_per_hour)
         since = info.since
         if since is None or now <= since:
             aging = 0
