@@ -35,11 +35,20 @@ Rules held here, whatever the plan says:
   pending beneficiary, then deletes it;
 - only reservations that carry our (non-empty) prefix *and* that the journal
   recorded as made by us are updated or deleted; an admin's reservation is
-  never touched, whatever its name.
+  never touched, whatever its name;
+- before its signal, a victim whose admin_comment our job_submit plugin wrote
+  is marked ``preempting=<preemption>:<restart count>`` there, so that it may
+  requeue itself right after its ack (``slurmpolicy ckpt ack --requeue``,
+  :mod:`slurmpolicy.job`) instead of training on, for nothing, until our
+  requeue; an elastic victim is not (its requeue shrinks it). A mark whose
+  preemption is no longer open (aborted, done, or unknown to this journal) is
+  taken off a job still running in that restart, every cycle: a signal sent
+  for nothing must not make the job requeue itself.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -60,7 +69,14 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.jobpolicy import Checkpoint, last_checkpoint, parse_admin_comment, read_acks
+from slurmpolicy.job import MARK_PREFIX, preemption_mark, with_mark, without_mark
+from slurmpolicy.jobpolicy import (
+    PREFIX,
+    Checkpoint,
+    last_checkpoint,
+    parse_admin_comment,
+    read_acks,
+)
 from slurmpolicy.model import Job, Snapshot
 from slurmpolicy.policy.actions import (
     Action,
@@ -482,6 +498,7 @@ class Executor:
         try:
             self._cleanup_orphans(snapshot)
             self._shrink_requeued(snapshot)
+            self._clear_stale_marks(snapshot)
             while pending and not self.should_stop():
                 action = pending[0]
                 if isinstance(action, SetSiteFactor) and not self.dry_run:
@@ -491,6 +508,8 @@ class Executor:
                     continue
                 self._one(action, snapshot, now)
                 pending.pop(0)
+            # The preemptions this plan called off: their victims' marks go now.
+            self._clear_stale_marks(snapshot)
         except CallBudgetExhausted:
             report.deferred += plan.held_back + len(
                 [a for a in pending if not isinstance(a, Annotate)])
@@ -851,6 +870,7 @@ class Executor:
                         job_id=a.job_id)
             return
         target: SignalTarget = "steps" if a.target == "steps" else "batch"
+        self._mark_victim(a, job)
         ck = checkpoint_of(job)
         protocol = ck.protocol if ck is not None else "spolicy"
         self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count,
@@ -878,6 +898,71 @@ class Executor:
         if status == FAILED:
             self._give_up_after_refusals(a.preemption_id, key, f"victim {a.job_id}'s signal",
                                          snapshot)
+
+    def _mark_victim(self, a: SignalCheckpoint, job: Job) -> None:
+        """Mark the victim in its admin_comment before its signal (module docstring).
+
+        Best effort: a refused mark leaves the requeue to us, as before."""
+        assert self.client is not None
+        client = self.client
+        key = f"mark:{a.preemption_id}:{a.job_id}:{a.restart_count}"
+        if not job.admin_comment.startswith(PREFIX):
+            return  # not written by our plugin: not ours to change
+        if parse_admin_comment(job.admin_comment).node_range is not None:
+            return  # elastic: our requeue shrinks it (policy/elastic.py)
+        if preemption_mark(job.admin_comment) == (a.preemption_id, a.restart_count) or \
+                self.journal.has_step(key):
+            return
+        text = with_mark(job.admin_comment, a.preemption_id, a.restart_count)
+        status, msg = self._call(
+            key, "mark", lambda: client.set_admin_comment(a.job_id, text), job_id=a.job_id,
+            restart_count=a.restart_count, preemption_id=a.preemption_id,
+            reached=(JobGone, JobAlreadyFinished))
+        self._audit(None, "MarkVictim",
+                    f"victim {a.job_id} marked for preemption {a.preemption_id}: after its"
+                    " checkpoint it may requeue itself (slurmpolicy ckpt ack --requeue)",
+                    _outcome(status, msg), job_id=a.job_id, jobs=(a.job_id,),
+                    detail={"preemption": a.preemption_id, "restart_count": a.restart_count},
+                    quiet=True)
+
+    def _clear_stale_marks(self, snapshot: Snapshot) -> None:
+        """Take our mark off running jobs whose preemption is no longer open.
+
+        A mark of an older restart needs nothing: the job compares it with its
+        own restart count. At most ``_RESERVE_TRIES`` refused tries a mark."""
+        if self.dry_run:
+            return
+        assert self.client is not None
+        client = self.client
+        for job in snapshot.jobs:
+            if MARK_PREFIX not in job.admin_comment or not job.is_running:
+                continue
+            mark = preemption_mark(job.admin_comment)
+            if mark is None or mark[1] != job.restart_count:
+                continue
+            pid, rc = mark
+            victim = self.journal.victim(pid, job.job_id, rc)
+            p = self.journal.preemption(pid)
+            if victim is not None and p is not None and \
+                    p["state"] not in (PreemptionState.DONE.value,
+                                       PreemptionState.ABORTED.value) and \
+                    victim["state"] not in (VictimState.REQUEUED.value, VictimState.ENDED.value):
+                continue
+            key = f"unmark:{pid}:{job.job_id}:{rc}"
+            if self.journal.has_step(key, (OK, REACHED)) or \
+                    len(self.journal.steps(key=key, status=FAILED)) >= _RESERVE_TRIES:
+                continue
+            status, msg = self._call(
+                key, "unmark", functools.partial(client.set_admin_comment, job.job_id,
+                                                 without_mark(job.admin_comment)),
+                job_id=job.job_id, restart_count=rc, preemption_id=pid,
+                reached=(JobGone, JobAlreadyFinished))
+            why = (f"preemption {pid} is {p['state']}" if p is not None
+                   else f"preemption {pid} is not in this daemon's journal")
+            self._audit(None, "UnmarkVictim",
+                        f"job {job.job_id}'s preemption mark taken off: {why}; it must not "
+                        "requeue itself", _outcome(status, msg), job_id=job.job_id,
+                        jobs=(job.job_id,), detail={"preemption": pid, "restart_count": rc})
 
     def _do_Requeue(self, a: Requeue, snapshot: Snapshot, now: float) -> None:
         assert self.client is not None

@@ -21,6 +21,15 @@ it costs a training job nothing::
 After acknowledging, the job keeps running: slurmpolicy requeues it (Slurm
 stops it and later starts it again with ``SLURM_RESTART_COUNT`` set), and the
 script resumes from its checkpoint. A job that exits instead is simply done.
+
+Until the daemon's requeue, the job trains on, and that work is lost. With
+``requeue=True`` (``slurmpolicy ckpt ack --requeue``) the job requeues itself
+right after its ack, as PyTorch Lightning's auto-requeue does, but only when
+the daemon marked it as the victim of a preemption still open: the mark
+``preempting=<preemption>:<restart count>`` in its ``admin_comment``, which
+only admins can write. A signal the daemon sent for a preemption it then
+called off (its mark is cleared), or Slurm's own ``--signal`` before the time
+limit, finds no mark: the job just goes on.
 """
 
 from __future__ import annotations
@@ -107,6 +116,60 @@ def acknowledge(job_id: int | None = None, *, restart_count: int | None = None,
     return when
 
 
+#: The daemon's mark in a victim's admin_comment while its preemption is open.
+MARK_PREFIX = "preempting="
+
+
+def preemption_mark(admin_comment: str) -> tuple[str, int] | None:
+    """``(preemption id, restart count)`` of the daemon's mark, or None."""
+    for token in admin_comment.split():
+        if token.startswith(MARK_PREFIX):
+            pid, sep, count = token[len(MARK_PREFIX):].rpartition(":")
+            if sep and pid and count.isdigit():
+                return pid, int(count)
+    return None
+
+
+def without_mark(admin_comment: str) -> str:
+    """``admin_comment`` with the daemon's mark taken out, the rest kept."""
+    return " ".join(t for t in admin_comment.split() if not t.startswith(MARK_PREFIX))
+
+
+def with_mark(admin_comment: str, preemption_id: str, restart_count: int) -> str:
+    """``admin_comment`` marked for ``preemption_id`` (an older mark replaced)."""
+    if any(c.isspace() for c in preemption_id) or not preemption_id:
+        raise ValueError(f"invalid preemption id {preemption_id!r}; allowed: no spaces")
+    return " ".join([*without_mark(admin_comment).split(),
+                     f"{MARK_PREFIX}{preemption_id}:{restart_count}"])
+
+
+#: squeue pads -O fields to their width: one longer than any admin_comment ours.
+_ADMIN_COMMENT_FIELD = "admin_comment:4096"
+
+
+def read_admin_comment(job_id: int) -> str:
+    """The job's admin_comment (``squeue -O admin_comment``, Slurm 22.05 to 25.11)."""
+    text = _run([_tool("squeue"), "--noheader", "--jobs", str(job_id),
+                 "--Format", _ADMIN_COMMENT_FIELD]).strip()
+    return "" if text == "(null)" else text
+
+
+def requeue_if_preempted(job_id: int | None = None, *,
+                         restart_count: int | None = None) -> str | None:
+    """Requeue this job now if the daemon marked it as a victim of an open
+    preemption in this run (its restart count); returns that preemption's id.
+
+    Call it right after :func:`acknowledge`: the job stops having lost
+    nothing, instead of training on until the daemon's requeue."""
+    jid = job_id_from_env() if job_id is None else job_id
+    rc = restart_count_from_env() if restart_count is None else restart_count
+    mark = preemption_mark(read_admin_comment(jid))
+    if mark is None or mark[1] != rc:
+        return None
+    _run([_tool("scontrol"), "requeue", str(jid)])
+    return mark[0]
+
+
 #: Figures Slurm does not know (data loading throughput, time to the first
 #: step...), reported by the job as ``spm:NAME=VALUE`` tokens of its comment.
 METRIC_PREFIX = "spm:"
@@ -168,8 +231,9 @@ def _signal_number(name: str | int) -> int:
 
 def install(save: Callable[[], Any], signal: str | int | None = None, *,
             job_id: int | None = None, on_error: Callable[[BaseException], Any] | None = None,
-            in_thread: bool = True) -> Callable[[], None]:
-    """On the checkpoint signal: ``save()``, then acknowledge.
+            in_thread: bool = True, requeue: bool = False) -> Callable[[], None]:
+    """On the checkpoint signal: ``save()``, then acknowledge; with ``requeue``,
+    then requeue the job if the daemon marked it (:func:`requeue_if_preempted`).
 
     ``signal`` defaults to $SPOLICY_CKPT_SIGNAL or USR1. The save runs in a
     thread by default so that the handler returns at once (a training step
@@ -182,7 +246,10 @@ def install(save: Callable[[], Any], signal: str | int | None = None, *,
     def work() -> None:
         try:
             save()
-            acknowledge(job_id, restart_count=restart_count_from_env())
+            rc = restart_count_from_env()
+            acknowledge(job_id, restart_count=rc)
+            if requeue:
+                requeue_if_preempted(job_id, restart_count=rc)
         except BaseException as exc:
             if on_error is not None:
                 on_error(exc)
@@ -224,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     ack.add_argument("--job", type=int, default=None, help="job id (default $SLURM_JOB_ID)")
     ack.add_argument("--restart-count", type=int, default=None,
                      help="restart count to record (default $SLURM_RESTART_COUNT)")
+    ack.add_argument("--requeue", action="store_true",
+                     help="then requeue this job if slurmpolicy is preempting it")
     args = parser.parse_args(argv)
     rc = restart_count_from_env() if args.restart_count is None else args.restart_count
     try:
@@ -232,6 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"slurmpolicy: error: checkpoint not acknowledged: {exc}", file=sys.stderr)
         return 3
     print(f"{ACK_PREFIX}{stamp}")
+    if args.requeue:
+        try:
+            pid = requeue_if_preempted(args.job, restart_count=rc)
+        except HandshakeError as exc:
+            print(f"slurmpolicy: error: checkpoint acknowledged, not requeued: {exc}",
+                  file=sys.stderr)
+            return 3
+        if pid is not None:
+            print(f"requeued for preemption {pid}")
     return 0
 
 

@@ -22,12 +22,16 @@ def ckpt() -> None:
               help="Job id (default: $SLURM_JOB_ID).")
 @click.option("--restart-count", type=int, default=None,
               help="Restart count to record (default: $SLURM_RESTART_COUNT).")
-def ack(job_id: int | None, restart_count: int | None) -> None:
+@click.option("--requeue", is_flag=True,
+              help="Then requeue this job at once if slurmpolicy is preempting it "
+                   "(its mark in the admin_comment), losing no work.")
+def ack(job_id: int | None, restart_count: int | None, requeue: bool) -> None:
     """Acknowledge a checkpoint: write ckpt:<now> into this job's comment.
 
     Run it in the job's checkpoint-signal trap, after the checkpoint is on
-    disk; the daemon then requeues the job. Use it after periodic
-    checkpoints too, so that a preemption knows how little work it loses.
+    disk; the daemon then requeues the job (with --requeue, the job does, at
+    once). Use it after periodic checkpoints too, so that a preemption knows
+    how little work it loses.
     """
     rc = spjob.restart_count_from_env() if restart_count is None else restart_count
     try:
@@ -35,6 +39,14 @@ def ack(job_id: int | None, restart_count: int | None) -> None:
     except spjob.HandshakeError as exc:
         raise SlurmError(f"checkpoint not acknowledged: {exc}") from exc
     click.echo(f"ckpt:{stamp}")
+    if not requeue:
+        return
+    try:
+        pid = spjob.requeue_if_preempted(job_id, restart_count=rc)
+    except spjob.HandshakeError as exc:
+        raise SlurmError(f"checkpoint acknowledged, not requeued: {exc}") from exc
+    if pid is not None:
+        click.echo(f"requeued for preemption {pid}")
 
 
 @ckpt.command("report")

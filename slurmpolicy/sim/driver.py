@@ -16,8 +16,13 @@ Slurm's semantics:
 - StartPreemption: a reservation bound to the beneficiary alone (the daemon
   names it on that job and leaves it non-MAGNETIC), so no other job, not even
   one of the same user, takes the freed nodes;
-- SignalCheckpoint: the victim saves (its own save time), then writes its
-  ``ckpt:<epoch>`` ack into its comment;
+- SignalCheckpoint: the victim is marked (unless elastic), saves (its own
+  save time), then writes its ``ckpt:<epoch>`` ack into its comment and, if
+  still marked, requeues itself (``slurmpolicy ckpt ack --requeue``: the
+  simulated jobs use the helper as docs/checkpointing.md advises); the marks
+  of preemptions no longer open are taken off after each cycle, as the
+  executor does (those calls, like its retries, are not counted against the
+  budget);
 - Requeue: the victim stops at once and restarts from its last checkpoint
   (acknowledged or periodic); the work since then is lost;
 - DeleteReservation, SetBeginTime: as Slurm does; FinishPreemption and
@@ -112,6 +117,8 @@ class PolicyDriver:
         #: Each job's last record, with the stamp of what it was built from
         #: (:meth:`_job`; its priority, set in place, is the record's own).
         self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
+        #: Victims marked by the last cycles, by id: their preemption's id.
+        self._marked: dict[int, str] = {}
         #: The waiting jobs' records as the last snapshot showed them, by id.
         self._pending: dict[int, Job] = {}
         #: The last snapshot's running jobs, by id.
@@ -200,6 +207,7 @@ class PolicyDriver:
 
     # --- one cycle ---------------------------------------------------------------------
     def cycle(self) -> None:
+        self.sim.freed = False  # this cycle's snapshot sees the GPUs given back
         full = self._full_due()
         if not full and not self.open:
             self.sim.changed = True  # keep the change pending until we plan
@@ -247,6 +255,20 @@ class PolicyDriver:
             if v.state is VictimState.SIGNALLED}
         for action in plan.actions:
             self.apply(action, now)
+        if self._marked:
+            self._clear_stale_marks()
+
+    def _clear_stale_marks(self) -> None:
+        """The executor's sweep: marks of preemptions no longer open come off."""
+        open_ids = {p.preemption_id for p in self.intents.preemptions}
+        by_id = self.sim.by_id
+        for jid, pid in list(self._marked.items()):
+            j = by_id[jid]
+            if j.marked != pid:
+                del self._marked[jid]  # requeued (or marked anew)
+            elif pid not in open_ids:
+                j.marked = None
+                del self._marked[jid]
 
     def within_budget(self, actions: tuple[Action, ...]) -> tuple[Action, ...]:
         """The actions the daemon's executor carries out within
@@ -266,7 +288,7 @@ class PolicyDriver:
             if isinstance(a, SetSiteFactor):
                 jobs_of[a.site_factor] = jobs_of.get(a.site_factor, 0) + 1
             else:
-                cost += _calls(a)
+                cost += _calls(a, self.sim)
         if cost + sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values()) <= budget:
             return actions  # the common case: everything fits
         done: list[Action] = []
@@ -280,7 +302,7 @@ class PolicyDriver:
                 continue
             if calls >= budget:
                 break
-            calls += _calls(a)
+            calls += _calls(a, self.sim)
             done.append(a)
         for batch in site_factor_batches(site, _site_factor)[:max(0, budget - calls)]:
             done.extend(batch)
@@ -339,6 +361,9 @@ class PolicyDriver:
             j = sim.by_id.get(action.job_id)
             if j is not None and j.state == 1 and j.restarts == action.restart_count:
                 j.preempting = True
+                if _markable(j):
+                    j.marked = action.preemption_id
+                    self._marked[j.id] = action.preemption_id
                 sim.signal_save(j)
         elif isinstance(action, Requeue):
             j = sim.by_id.get(action.job_id)
@@ -555,11 +580,20 @@ _job_id = attrgetter("job_id")
 _site_factor = attrgetter("site_factor")
 
 
-def _calls(action: Action) -> int:
+def _calls(action: Action, sim: Simulator) -> int:
     """Slurm calls the executor makes for one action other than a site factor:
     a StartPreemption reserves, then names the reservation on the beneficiary;
+    a SignalCheckpoint marks the victim (unless elastic), then signals it;
     an Annotate is journal only."""
+    if isinstance(action, SignalCheckpoint):
+        j = sim.by_id.get(action.job_id)
+        return 2 if j is not None and _markable(j) else 1
     return 2 if isinstance(action, StartPreemption) else 0 if isinstance(action, Annotate) else 1
+
+
+def _markable(j: SimJob) -> bool:
+    """The executor marks a victim before its signal unless it is elastic."""
+    return j.spec.min_nodes is None
 
 
 def _fabric_of(sim: Simulator) -> Any:

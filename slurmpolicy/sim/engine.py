@@ -262,6 +262,7 @@ class SimJob:
         "key",
         "lost_after_ack",
         "lost_work",
+        "marked",
         "origin",
         "overhead",
         "pend_since",
@@ -326,6 +327,9 @@ class SimJob:
         self.key: tuple[Any, ...] = ()
         #: True between a preemption signal/kill and the job's exit.
         self.preempting = False
+        #: The daemon's mark in the job's admin_comment (its preemption's id)
+        #: while that preemption is open: the job requeues itself after its save.
+        self.marked: str | None = None
         self.signal_at: float | None = None
         self.preempt_asked = False
         self.runs = 0
@@ -474,6 +478,8 @@ class Simulator:
         #: The daemon's doorbell wake (see :meth:`ring`), and when its last cycle began.
         self._wake_at: float | None = None
         self._cycle_at = 0.0
+        #: A job gave GPUs back since the daemon's last cycle (ended or requeued).
+        self.freed = False
         self._bf_changed = True
         self.running: dict[int, SimJob] = {}
         self.reservations: dict[str, SimReservation] = {}
@@ -591,12 +597,17 @@ class Simulator:
             elif kind == _POLL:
                 # daemon.ack_poll (or preemption_poll): the daemon's looks at a
                 # signalled victim awaiting its requeue. Planned here only when
-                # one can move on (ack seen, deadline passed, victim gone): the
-                # other looks start no cycle, and its short cycles would plan
-                # nothing new for it.
+                # one can move on (ack seen, deadline passed, victim gone), or
+                # at its short cycle (every preemption_poll) after GPUs were
+                # given back (a beneficiary that fits on them lets its
+                # preemption go, and its victims' marks come off): the other
+                # looks start no cycle, and its short cycles would plan nothing
+                # new for it.
                 self._poll_at = None
                 assert self.driver is not None
-                if self.driver.poll_due():
+                if self.driver.poll_due() or (
+                        self.freed and t - self._cycle_at
+                        >= self.settings.daemon.preemption_poll - 1e-9):
                     self._cycle_at = t
                     self.changed = False
                     self.driver.cycle()
@@ -838,6 +849,7 @@ class Simulator:
         del self.running[j.id]
         self.run_gpus_by_acct[j.spec.account] -= j.gpus_now
         self.changed = True
+        self.freed = True
 
     def _on_end(self, job_id: int, ver: int) -> None:
         j = self.by_id[job_id]
@@ -872,6 +884,7 @@ class Simulator:
         if j.signal_at is not None and j.ack is not None and j.ack >= j.signal_at:
             j.lost_after_ack += lost
         self._close_grace(j, requeued=True)
+        j.marked = None
         j.ckpt = keep
         j.preemptions += 1
         j.restarts += 1
@@ -925,6 +938,10 @@ class Simulator:
         self.changed = True
         if self.mode is Mode.SLURM_GRACE and j.preempting:
             # The job exits after saving; Slurm requeues it (it cannot tell why it exited).
+            self.requeue(j, j.ckpt)
+        elif j.marked is not None and j.spec.requeues_itself:
+            # Marked by the daemon, the job requeues itself right after its ack
+            # (slurmpolicy ckpt ack --requeue): nothing trained after it is lost.
             self.requeue(j, j.ckpt)
 
     def _on_exit(self, job_id: int, ver: int) -> None:

@@ -72,6 +72,10 @@ class TraceJob:
     #: An elastic job (``--nodes=MIN-MAX``): the least nodes it runs on; ``nodes``
     #: is its maximum. None: rigid.
     min_nodes: int | None = None
+    #: It acknowledges with ``slurmpolicy ckpt ack --requeue`` (docs/checkpointing.md):
+    #: marked by the daemon, it requeues itself right after its ack. False: it
+    #: trains on until the daemon sees the ack and requeues it.
+    requeues_itself: bool = True
 
     @property
     def gpus(self) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmpolicy import job as spjob
 from slurmpolicy.daemon import notify as notify_mod
 from slurmpolicy.daemon.lock import AlreadyRunning, StateLock
 from slurmpolicy.daemon.loop import Daemon
@@ -26,7 +27,7 @@ from slurmpolicy.daemon.notify import Notifier
 from slurmpolicy.daemon.stop import StopRequest
 from slurmpolicy.errors import SlurmUnavailable
 from slurmpolicy.job import merge_ack
-from slurmpolicy.jobpolicy import last_checkpoint
+from slurmpolicy.jobpolicy import last_checkpoint, parse_admin_comment
 from slurmpolicy.model import Snapshot
 from slurmpolicy.policy.actions import Plan, SetSiteFactor, VictimState
 from slurmpolicy.settings import Daemon as DaemonSettings
@@ -228,6 +229,53 @@ def test_merge_ack_keeps_other_text() -> None:
     assert merged == "epoch=3 note ckpt:250:1"
     assert last_checkpoint(merged) == 250.0
     assert merge_ack("", 7) == "ckpt:7"
+
+
+DIRECTIVES = "spolicy:v1 class=research ckpt=signal:USR1,grace=60 nodes=2-4"
+
+
+def test_the_preemption_mark_keeps_the_directives_and_reads_back() -> None:
+    marked = spjob.with_mark(DIRECTIVES, "pre-42-1767225600", 2)
+    assert marked == DIRECTIVES + " preempting=pre-42-1767225600:2"
+    assert spjob.preemption_mark(marked) == ("pre-42-1767225600", 2)
+    # The policy read from it is the same: the mark is not a directive.
+    assert parse_admin_comment(marked) == parse_admin_comment(DIRECTIVES)
+    again = spjob.with_mark(marked, "pre-43-1767229200", 3)  # replaces, never adds
+    assert again.count("preempting=") == 1 and spjob.preemption_mark(again)[1] == 3
+    assert spjob.without_mark(again) == DIRECTIVES
+    for bad in ("", "preempting=", "preempting=p1", "preempting=:3", "preempting=p1:x"):
+        assert spjob.preemption_mark(DIRECTIVES + " " + bad) is None, bad
+    with pytest.raises(ValueError, match="no spaces"):
+        spjob.with_mark(DIRECTIVES, "p 1", 0)
+
+
+def _slurm_tools(tmp_path: Path, admin_comment: str) -> Path:
+    """squeue printing ``admin_comment`` padded as -O pads it; scontrol logging its args."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    (bin_dir / "squeue").write_text(
+        f"#!/bin/sh\nprintf '%-4096s\\n' '{admin_comment}'\n")
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return log
+
+
+@pytest.mark.parametrize(("admin_comment", "restart_count", "requeued"), [
+    (DIRECTIVES + " preempting=pre-42-100:1", 1, True),
+    (DIRECTIVES + " preempting=pre-42-100:0", 1, False),  # an older run's mark
+    (DIRECTIVES, 1, False),                                # called off: no mark
+    ("(null)", 0, False),
+])
+def test_a_job_requeues_itself_only_when_marked_for_this_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admin_comment: str,
+        restart_count: int, requeued: bool) -> None:
+    log = _slurm_tools(tmp_path, admin_comment)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    got = spjob.requeue_if_preempted(42, restart_count=restart_count)
+    assert got == ("pre-42-100" if requeued else None)
+    assert (log.read_text() if log.exists() else "") == ("requeue 42\n" if requeued else "")
 
 
 class FakeClient:

@@ -37,6 +37,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
         self.fail: dict[tuple[str, object], Exception] = {}
+        self.admin_comments: dict[int, str] = {}
 
     def _rec(self, method: str, key: object) -> None:
         self.calls.append((method, key))
@@ -58,6 +59,7 @@ class Recorder:
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self._rec("set_admin_comment", job_id)
+        self.admin_comments[job_id] = text
 
     def set_comment(self, job_id: int, text: str) -> None:
         self._rec("set_comment", job_id)
@@ -501,6 +503,53 @@ def test_start_then_signal_in_one_cycle(journal: Journal) -> None:
     # The next cycle's plan (same intents) repeats nothing; a repeated signal is not sent.
     run(ex, s0, signal())
     assert rec.calls.count(("signal", 1)) == 1
+
+
+OURS = "spolicy:v1 class=research ckpt=signal:USR1,grace=60"
+
+
+def test_a_victim_is_marked_before_its_signal_and_unmarked_when_called_off(
+        journal: Journal) -> None:
+    """``ckpt ack --requeue`` reads the mark: it is written before the signal,
+    with the directives kept, once; when the preemption is aborted, it comes
+    off the still-running victim in the same cycle, once."""
+    ex, rec = make(journal)
+    s0 = snap(job(1, admin_comment=OURS), job(3, JobState.PENDING))
+    run(ex, s0, start(), signal())
+    assert rec.calls[2:] == [("set_admin_comment", 1), ("signal", 1)]
+    assert rec.admin_comments[1] == OURS + " preempting=p1:0"
+    marked = snap(job(1, admin_comment=rec.admin_comments[1]), job(3, JobState.PENDING),
+                  reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    run(ex, marked, signal())  # nothing new: the mark stays while the preemption is open
+    assert rec.calls.count(("set_admin_comment", 1)) == 1
+    run(ex, marked, FinishPreemption(reason="beneficiary 3 fits on free nodes",
+                                     preemption_id=PID, aborted=True))
+    assert rec.calls.count(("set_admin_comment", 1)) == 2
+    assert rec.admin_comments[1] == OURS
+    run(ex, marked)  # Slurm not yet showing it: not taken off twice
+    assert rec.calls.count(("set_admin_comment", 1)) == 2
+    marks = [(a.kind, a.job_id, a.outcome) for a in journal.read_audit()
+             if a.kind in ("MarkVictim", "UnmarkVictim")]
+    assert marks == [("MarkVictim", 1, "ok"), ("UnmarkVictim", 1, "ok")]
+
+
+def test_only_our_rigid_victims_are_marked_and_stale_marks_come_off(journal: Journal) -> None:
+    """An admin_comment our plugin did not write is not ours to change; an
+    elastic victim's requeue is ours (it shrinks it); a mark this journal does
+    not know (a lost journal) comes off; one of an older restart is left."""
+    ex, rec = make(journal)
+    elastic = OURS + " nodes=1-2"
+    run(ex, snap(job(1, admin_comment="site: billing=x"), job(3, JobState.PENDING)),
+        start(), signal())
+    assert ("set_admin_comment", 1) not in rec.calls and ("signal", 1) in rec.calls
+    ex2, rec2 = make(Journal(journal.path.parent / "j2"))
+    run(ex2, snap(job(1, admin_comment=elastic), job(3, JobState.PENDING)), start(), signal())
+    assert ("set_admin_comment", 1) not in rec2.calls and ("signal", 1) in rec2.calls
+    ex3, rec3 = make(Journal(journal.path.parent / "j3"))
+    run(ex3, snap(job(5, admin_comment=OURS + " preempting=pre-9-1:0"),
+                  job(6, admin_comment=OURS + " preempting=pre-9-1:0", restart_count=1)))
+    assert rec3.calls == [("set_admin_comment", 5)]
+    assert rec3.admin_comments[5] == OURS
 
 
 def test_start_and_signal_in_one_cycle_sends_no_signal_without_the_reservation(

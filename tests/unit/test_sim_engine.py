@@ -16,10 +16,12 @@ from slurmpolicy.sim.trace import SyntheticSpec, TraceJob, TraceRules, generate
 
 
 def job(job_id: int, submit: float, gpus: int, duration: float, limit: float,
-        cls: str = "research", save: float = 5.0, nodes: int = 1) -> TraceJob:
+        cls: str = "research", save: float = 5.0, nodes: int = 1,
+        requeues_itself: bool = True) -> TraceJob:
     return TraceJob(job_id=job_id, submit=submit, duration=duration, nodes=nodes,
                     gpus_per_node=gpus, account="acct", job_class=cls, time_limit=limit,
-                    ckpt_interval=1800.0, save_time=save, restore_time=60.0)
+                    ckpt_interval=1800.0, save_time=save, restore_time=60.0,
+                    requeues_itself=requeues_itself)
 
 
 def run(trace: list[TraceJob], mode: str, hosts: int = 1, **slurm: float) -> Simulator:
@@ -122,7 +124,9 @@ def test_replay_is_deterministic_for_a_seed() -> None:
 
 
 def test_slurmpolicy_checkpoint_first_preemption_loses_no_work_beyond_the_save() -> None:
-    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0),
+    """A victim that does not requeue itself (no ``ckpt ack --requeue``)."""
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=60.0,
+                 requeues_itself=False),
              job(2, 4000, 8, 100, 3600, cls="production")]
     sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy",
                     daemon=PolicyDriver)
@@ -175,10 +179,12 @@ def test_slurmpolicy_replay_is_deterministic() -> None:
     assert a["actions"].get("SetSiteFactor", 0) > 0
 
 
-def _one_preemption(poll: float, ack_poll: float = 0.0, save: float = 50.0) -> Simulator:
+def _one_preemption(poll: float, ack_poll: float = 0.0, save: float = 50.0,
+                    requeues_itself: bool = False) -> Simulator:
     from slurmpolicy.settings import Daemon, Settings
 
-    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=save),
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=save,
+                 requeues_itself=requeues_itself),
              job(2, 4000, 8, 100, 3600, cls="production")]
     settings = Settings(daemon=Daemon(interval=30.0, preemption_poll=poll, ack_poll=ack_poll))
     sim = Simulator(trace, Hosts.layout(1, 8, hosts_per_leaf=2), "slurmpolicy",
@@ -220,6 +226,48 @@ def test_looks_at_the_victim_every_ack_poll_act_on_its_ack_within_that() -> None
     # All of it is work done after the ack: what the targets' gap names.
     assert looks.by_id[1].lost_after_ack == pytest.approx(0.5)
     assert looks.by_id[2].first_start == pytest.approx(cycles.by_id[2].first_start - 2.0)
+
+
+def test_a_marked_victim_requeues_itself_at_its_ack_and_loses_nothing() -> None:
+    """``slurmpolicy ckpt ack --requeue``: the daemon marked the victim before
+    its signal, so it requeues itself the moment its save is written. Nothing
+    is trained for nothing, the daemon requeues nobody, and the beneficiary
+    starts as soon as the save is done, not at the daemon's next look."""
+    own = _one_preemption(poll=5.0, ack_poll=1.0, save=52.5, requeues_itself=True)
+    daemons = _one_preemption(poll=5.0, ack_poll=1.0, save=52.5)
+    for sim in (own, daemons):
+        assert sim.by_id[1].preemptions == 1 and sim.by_id[2].first_start is not None
+    assert own.by_id[1].lost_work == 0.0 and own.by_id[1].lost_after_ack == 0.0
+    assert daemons.by_id[1].lost_work == pytest.approx(0.5)
+    assert own.driver is not None and daemons.driver is not None
+    assert own.driver.actions_applied.get("Requeue", 0) == 0
+    assert daemons.driver.actions_applied.get("Requeue", 0) == 1
+    assert own.by_id[2].first_start == pytest.approx(daemons.by_id[2].first_start - 0.5)
+    assert not own.driver._marked
+
+
+def test_a_victim_of_a_preemption_called_off_keeps_running_after_its_ack() -> None:
+    """The beneficiary fits elsewhere during the victim's save: the preemption
+    is aborted and the victim's mark taken off, so its ack requeues nothing."""
+    from slurmpolicy.settings import Daemon, Settings
+
+    # Host 0: the victim (experimental). Host 1: a production job that ends at
+    # 4030, during the victim's 50 s save after the 4020 signal.
+    trace = [job(1, 0, 8, 10_000, 20_000, cls="experimental", save=50.0),
+             job(3, 0, 8, 4030, 20_000, cls="production"),
+             job(2, 4000, 8, 100, 3600, cls="production")]
+    settings = Settings(daemon=Daemon(interval=30.0, preemption_poll=5.0, ack_poll=1.0))
+    sim = Simulator(trace, Hosts.layout(2, 8, hosts_per_leaf=2), "slurmpolicy",
+                    settings=settings, daemon=PolicyDriver)
+    sim.run()
+    victim, high = sim.by_id[1], sim.by_id[2]
+    assert sim.driver is not None
+    assert sim.driver.actions_applied.get("SignalCheckpoint", 0) == 1
+    assert sim.driver.actions_applied.get("FinishPreemption", 0) == 1
+    assert victim.ack is not None  # it saved and acknowledged...
+    assert victim.preemptions == 0 and victim.restarts == 0  # ...and went on
+    assert high.first_start is not None and 4030 <= high.first_start < 4050
+    assert not sim.driver._marked
 
 
 def test_backfill_reserves_for_every_tested_job_not_only_the_first() -> None:
@@ -488,18 +536,24 @@ def test_the_simulated_executor_keeps_to_the_slurm_call_budget() -> None:
     note = Annotate(reason="r", job_id=9)
     actions = (sf(1, 500), sf(2, 500), sf(5, 700), start, signal, note, requeue, sf(6, 900))
 
-    def driver(budget: int) -> PolicyDriver:
+    def driver(budget: int, min_nodes: int | None = None) -> PolicyDriver:
         d = object.__new__(PolicyDriver)
+        victim = SimpleNamespace(spec=SimpleNamespace(min_nodes=min_nodes))
         d.sim = SimpleNamespace(  # type: ignore[assignment]
-            settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=budget)))
+            settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=budget)),
+            by_id={3: victim})
         return d
 
-    # requeue 1 + start 2 + signal 1 + one call per value (3): 7 calls.
-    assert driver(7).within_budget(actions) is actions
-    # 5: requeue, start and its signal, then the batch of value 500 (jobs 1, 2).
-    assert driver(5).within_budget(actions) == (sf(1, 500), sf(2, 500), start, signal,
+    # requeue 1 + start 2 + signal 2 (the victim's mark, then the signal) + one
+    # call per value (3): 8 calls.
+    assert driver(8).within_budget(actions) is actions
+    assert driver(7).within_budget(actions) is not actions
+    # An elastic victim is not marked: its signal is one call.
+    assert driver(7, min_nodes=1).within_budget(actions) is actions
+    # 6: requeue, start and its signal, then the batch of value 500 (jobs 1, 2).
+    assert driver(6).within_budget(actions) == (sf(1, 500), sf(2, 500), start, signal,
                                                 requeue)
-    # 3: the executor stops at the signal's call, before any site factor.
+    # 3: the executor stops at the signal's calls, before any site factor.
     assert driver(3).within_budget(actions) == (start, requeue)
 
 
