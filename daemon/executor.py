@@ -69,7 +69,7 @@ from slurmpolicy.errors import (
     SlurmError,
     SlurmUnavailable,
 )
-from slurmpolicy.job import MARK_PREFIX, preemption_mark, with_mark, without_mark
+from slurmpolicy.job import MARK_PREFIX, preemption_mark, requeuing, with_mark, without_mark
 from slurmpolicy.jobpolicy import (
     PREFIX,
     Checkpoint,
@@ -133,6 +133,10 @@ _NUMBERS = re.compile(r"\b(?:\d+[dhms])+\b|\d+(?:\.\d+)? GPU-h")
 
 #: Steps whose repetition would hurt a job: their intent is fsync'd before the call.
 _DURABLE = frozenset({"signal", "requeue", "reserve", "bind"})
+#: Seconds a marked victim that acked with ``requeuing:`` is left to requeue
+#: itself before we do: its own ``scontrol requeue`` follows its ack within a
+#: second; the bound is for one that failed (or a comment that lied).
+SELF_REQUEUE_WAIT = 10.0
 
 
 class CallBudgetExhausted(Exception):
@@ -228,6 +232,8 @@ class Executor:
         #: the Requeue. Kept in memory: after a daemon restart the victim simply
         #: restarts at its old size, as Slurm leaves it.
         self._shrinks: dict[int, Requeue] = {}
+        #: Requeue keys whose wait for the victim's own requeue was audited.
+        self._self_requeue_noted: set[str] = set()
 
     # ------------------------------------------------------------- plumbing
     def _call(self, key: str, kind: str, fn: Callable[[], None], *, job_id: int | None = None,
@@ -1010,6 +1016,18 @@ class Executor:
             self._audit(a, a.kind, a.reason, "skipped: victim no longer running as planned",
                         job_id=a.job_id)
             return
+        if state is VictimState.ACKNOWLEDGED and requeuing(job.comment, a.restart_count):
+            # `ckpt ack --requeue`: the job's own requeue is on its way; two
+            # would race (one of them refused, or a requeue of its next run).
+            until = (_ack_time(job, now) or now) + SELF_REQUEUE_WAIT
+            if now < until:
+                if key not in self._self_requeue_noted:
+                    self._self_requeue_noted.add(key)
+                    self._audit(a, a.kind, a.reason,
+                                "deferred: the victim is requeuing itself; requeued here if "
+                                f"it still runs {SELF_REQUEUE_WAIT:.0f}s after its ack",
+                                job_id=a.job_id)
+                return
         self.journal.update_victim(a.preemption_id, a.job_id, a.restart_count, state=state)
         status = self._requeue_victim(a, key, job, now, {"after": state.value})
         if status == OK and a.shrink_to is not None and a.shrink_min is not None:

@@ -95,11 +95,25 @@ def read_comment(job_id: int) -> str:
     return "" if comment.strip() in ("(null)", "") else comment.strip()
 
 
-def merge_ack(comment: str, stamp: int, restart_count: int | None = None) -> str:
-    """``comment`` with its ckpt: tokens replaced by one for ``stamp``."""
-    kept = [t for t in comment.split() if not t.startswith(ACK_PREFIX)]
+#: Written with an ack by a job about to requeue itself (``requeuing:<restart
+#: count>``): the daemon leaves it a few seconds to, rather than race it.
+REQUEUING_PREFIX = "requeuing:"
+
+
+def merge_ack(comment: str, stamp: int, restart_count: int | None = None, *,
+              requeuing: bool = False) -> str:
+    """``comment`` with its ckpt: tokens replaced by one for ``stamp`` (and, with
+    ``requeuing``, a ``requeuing:`` token for ``restart_count``; an older one goes)."""
+    kept = [t for t in comment.split()
+            if not t.startswith(ACK_PREFIX) and not t.startswith(REQUEUING_PREFIX)]
     token = f"{ACK_PREFIX}{stamp}" + (f":{restart_count}" if restart_count is not None else "")
-    return " ".join([*kept, token])
+    extra = [f"{REQUEUING_PREFIX}{restart_count or 0}"] if requeuing else []
+    return " ".join([*kept, token, *extra])
+
+
+def requeuing(comment: str, restart_count: int) -> bool:
+    """The job's comment says it is requeuing itself in its run ``restart_count``."""
+    return f"{REQUEUING_PREFIX}{restart_count}" in comment.split()
 
 
 def acknowledge(job_id: int | None = None, *, restart_count: int | None = None,
@@ -154,20 +168,27 @@ def read_admin_comment(job_id: int) -> str:
     return "" if text == "(null)" else text
 
 
-def requeue_if_preempted(job_id: int | None = None, *,
-                         restart_count: int | None = None) -> str | None:
-    """Requeue this job now if the daemon marked it as a victim of an open
-    preemption in this run (its restart count); returns that preemption's id.
+def acknowledge_and_requeue(job_id: int | None = None, *, restart_count: int | None = None,
+                            stamp: float | None = None) -> tuple[int, str | None]:
+    """:func:`acknowledge`, then requeue this job at once if the daemon marked it
+    as a victim of an open preemption in this run (its restart count).
 
-    Call it right after :func:`acknowledge`: the job stops having lost
-    nothing, instead of training on until the daemon's requeue."""
+    Returns the stamp written and that preemption's id (None: not marked, the
+    job goes on). The job stops having lost nothing, instead of training on
+    until the daemon's requeue. The ack then says ``requeuing:<restart
+    count>``, so that the daemon does not requeue it too (it waits a few
+    seconds for the job's own requeue, then requeues it itself)."""
     jid = job_id_from_env() if job_id is None else job_id
     rc = restart_count_from_env() if restart_count is None else restart_count
     mark = preemption_mark(read_admin_comment(jid))
-    if mark is None or mark[1] != rc:
-        return None
+    marked = mark is not None and mark[1] == rc
+    when = int(time.time() if stamp is None else stamp)
+    comment = merge_ack(read_comment(jid), when, rc, requeuing=marked)
+    _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
+    if not marked or mark is None:
+        return when, None
     _run([_tool("scontrol"), "requeue", str(jid)])
-    return mark[0]
+    return when, mark[0]
 
 
 #: Figures Slurm does not know (data loading throughput, time to the first
@@ -233,7 +254,7 @@ def install(save: Callable[[], Any], signal: str | int | None = None, *,
             job_id: int | None = None, on_error: Callable[[BaseException], Any] | None = None,
             in_thread: bool = True, requeue: bool = False) -> Callable[[], None]:
     """On the checkpoint signal: ``save()``, then acknowledge; with ``requeue``,
-    then requeue the job if the daemon marked it (:func:`requeue_if_preempted`).
+    then requeue the job if the daemon marked it (:func:`acknowledge_and_requeue`).
 
     ``signal`` defaults to $SPOLICY_CKPT_SIGNAL or USR1. The save runs in a
     thread by default so that the handler returns at once (a training step
@@ -247,9 +268,10 @@ def install(save: Callable[[], Any], signal: str | int | None = None, *,
         try:
             save()
             rc = restart_count_from_env()
-            acknowledge(job_id, restart_count=rc)
             if requeue:
-                requeue_if_preempted(job_id, restart_count=rc)
+                acknowledge_and_requeue(job_id, restart_count=rc)
+            else:
+                acknowledge(job_id, restart_count=rc)
         except BaseException as exc:
             if on_error is not None:
                 on_error(exc)
@@ -296,20 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rc = restart_count_from_env() if args.restart_count is None else args.restart_count
     try:
-        stamp = acknowledge(args.job, restart_count=rc)
+        if args.requeue:
+            stamp, pid = acknowledge_and_requeue(args.job, restart_count=rc)
+        else:
+            stamp, pid = acknowledge(args.job, restart_count=rc), None
     except HandshakeError as exc:
-        print(f"slurmpolicy: error: checkpoint not acknowledged: {exc}", file=sys.stderr)
+        print(f"slurmpolicy: error: checkpoint not acknowledged, or not requeued: {exc}",
+              file=sys.stderr)
         return 3
     print(f"{ACK_PREFIX}{stamp}")
-    if args.requeue:
-        try:
-            pid = requeue_if_preempted(args.job, restart_count=rc)
-        except HandshakeError as exc:
-            print(f"slurmpolicy: error: checkpoint acknowledged, not requeued: {exc}",
-                  file=sys.stderr)
-            return 3
-        if pid is not None:
-            print(f"requeued for preemption {pid}")
+    if pid is not None:
+        print(f"requeued for preemption {pid}")
     return 0
 
 

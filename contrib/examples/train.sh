@@ -3,10 +3,14 @@
 #
 #   sbatch --gres=gpu:8 --requeue contrib/examples/train.sh
 #
-# On the checkpoint signal (USR1 here) it saves its state, acknowledges with
-# `slurmpolicy ckpt ack`, and keeps going; slurmpolicy then requeues it, and
-# when Slurm starts it again ($SLURM_RESTART_COUNT > 0) it resumes from the
-# checkpoint. If it finishes before being requeued, nothing is lost either.
+# On the checkpoint signal (USR1 here) it saves its state and acknowledges
+# with `slurmpolicy ckpt ack --requeue`: when slurmpolicy is preempting it,
+# the job requeues itself right there, having lost nothing; when it is not
+# (the preemption was called off, or the signal was Slurm's own before the
+# time limit), it keeps going. When Slurm starts it again
+# ($SLURM_RESTART_COUNT > 0) it resumes from the checkpoint. REQUEUE_ON_ACK=0
+# acknowledges only: it trains on until slurmpolicy requeues it, and the work
+# since the save (up to daemon.ack_poll) is lost.
 #
 #SBATCH --job-name=train-example
 #SBATCH --requeue
@@ -19,6 +23,7 @@ CKPT_DIR=${CKPT_DIR:-$PWD}
 STEPS=${STEPS:-600}
 STEP_SECONDS=${STEP_SECONDS:-1}
 CKPT_EVERY=${CKPT_EVERY:-0}          # periodic checkpoints every N steps (0: none)
+REQUEUE_ON_ACK=${REQUEUE_ON_ACK:-1}  # 1: requeue itself on its ack when being preempted
 SLURMPOLICY=${SLURMPOLICY:-slurmpolicy}
 CKPT="$CKPT_DIR/ckpt.$SLURM_JOB_ID"
 
@@ -38,8 +43,12 @@ save() {
 on_checkpoint_signal() {
     save
     echo "checkpoint at step $step; acknowledging"
-    "$SLURMPOLICY" ckpt ack || echo "acknowledgement failed" >&2
-    # Keep training: slurmpolicy requeues the job; until then work is not wasted.
+    if [ "$REQUEUE_ON_ACK" = 1 ]; then
+        "$SLURMPOLICY" ckpt ack --requeue || echo "acknowledgement failed" >&2
+    else
+        "$SLURMPOLICY" ckpt ack || echo "acknowledgement failed" >&2
+    fi
+    # Keep training until Slurm stops the job (our requeue, or slurmpolicy's).
 }
 trap on_checkpoint_signal USR1
 

@@ -67,7 +67,9 @@ def main() -> int:
             tmp.replace(args.ckpt)  # atomic: never half a checkpoint
         print(f"checkpoint at step {state['step']}", flush=True)
 
-    spjob.install(save)  # signal from $SPOLICY_CKPT_SIGNAL, default USR1
+    # Signal from $SPOLICY_CKPT_SIGNAL (default USR1): save, ack, and requeue
+    # itself at once if slurmpolicy is preempting it (else it trains on).
+    spjob.install(save, requeue=True)
 
     while state["step"] < args.steps:
         time.sleep(args.step_seconds)  # one "training step"

@@ -35,16 +35,13 @@ def ack(job_id: int | None, restart_count: int | None, requeue: bool) -> None:
     """
     rc = spjob.restart_count_from_env() if restart_count is None else restart_count
     try:
-        stamp = spjob.acknowledge(job_id, restart_count=rc)
+        if requeue:
+            stamp, pid = spjob.acknowledge_and_requeue(job_id, restart_count=rc)
+        else:
+            stamp, pid = spjob.acknowledge(job_id, restart_count=rc), None
     except spjob.HandshakeError as exc:
-        raise SlurmError(f"checkpoint not acknowledged: {exc}") from exc
+        raise SlurmError(f"checkpoint not acknowledged, or not requeued: {exc}") from exc
     click.echo(f"ckpt:{stamp}")
-    if not requeue:
-        return
-    try:
-        pid = spjob.requeue_if_preempted(job_id, restart_count=rc)
-    except spjob.HandshakeError as exc:
-        raise SlurmError(f"checkpoint acknowledged, not requeued: {exc}") from exc
     if pid is not None:
         click.echo(f"requeued for preemption {pid}")
 

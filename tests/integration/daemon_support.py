@@ -250,9 +250,13 @@ def victim_comment(grace: int = 30, klass: str = "experimental") -> str:
 PRODUCTION = "spolicy:v1 class=production"
 
 
-def train_script(workdir: Path, steps: int, step_seconds: float = 1.0) -> str:
+def train_script(workdir: Path, steps: int, step_seconds: float = 1.0,
+                 requeue_on_ack: bool = False) -> str:
+    """contrib/examples/train.sh; by default acknowledging only (the daemon's
+    requeue, what most tests follow), with ``requeue_on_ack`` as shipped."""
     return after_header(TRAIN_SH,
-                        f"export CKPT_DIR={workdir} STEPS={steps} STEP_SECONDS={step_seconds}")
+                        f"export CKPT_DIR={workdir} STEPS={steps} STEP_SECONDS={step_seconds}"
+                        f" REQUEUE_ON_ACK={int(requeue_on_ack)}")
 
 
 @pytest.fixture(name="cluster")

@@ -1,7 +1,8 @@
 """The job side of the checkpoint handshake on a real Slurm, as the ordinary
 test user: ``slurmpolicy ckpt ack`` from a shell job keeps the rest of the
 comment; the Python helper (contrib/examples/train_pytorch.py, no torch)
-saves on the signal, acknowledges and keeps running; acknowledging someone
+saves on the signal, acknowledges and, not being preempted (no mark), keeps
+running (it asks to requeue itself when preempted); acknowledging someone
 else's job is refused by Slurm."""
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from .daemon_support import (
     restarts,
     submit,
     submit_beneficiary,
+    train_script,
     victim_comment,
     wait_for,
 )
@@ -81,6 +82,45 @@ def test_checkpoint_first_preemption_end_to_end(cluster: LiveCluster,
     assert row["state"] == "requeued" and row["acked_at"] is not None
     log = daemon.cli("log", "--job", str(victim)).stdout
     assert "SignalCheckpoint" in log and "Requeue" in log
+
+
+def test_a_marked_victim_requeues_itself_at_its_ack(cluster: LiveCluster,
+                                                     daemon: DaemonRunner) -> None:
+    """contrib/examples/train.sh as shipped (``ckpt ack --requeue``): the daemon
+    marks the victim's admin_comment before its signal; the job saves, acks
+    and requeues itself in its trap, so no step is trained after its save; the
+    daemon requeues nobody and finishes the preemption when the beneficiary
+    runs. The other victim is neither signalled nor marked."""
+    wd = cluster.workdir()
+    victims = fill_with_victims(cluster, wd, script=train_script(wd, 25, requeue_on_ack=True))
+    beneficiary = submit_beneficiary(cluster, wd, seconds=4)
+    daemon.start()
+    cluster.wait_state(beneficiary, ("RUNNING", "COMPLETED"), timeout=90)
+    pre = _preemption(daemon)
+    victim = wait_for(lambda: next((v for v in victims if restarts(cluster, v) == 1), None),
+                      30, "a requeued victim")
+    other = next(v for v in victims if v != victim)
+    out = cluster.read_file(wd / f"slurm-{victim}.out", contains="requeued for preemption")
+    assert f"requeued for preemption {pre['preemption_id']}" in out
+    saved = int(out.split("checkpoint at step ")[1].split(";")[0])
+    journal = journal_of(daemon)
+    audit = journal.read_audit(job_id=victim)
+    assert [(r.kind, r.outcome) for r in audit if r.kind == "MarkVictim"] == [("MarkVictim", "ok")]
+    assert not [r for r in audit if r.kind == "Requeue" and r.outcome == "ok"]
+    ack = next(r for r in audit if r.kind == "CheckpointAck")
+    assert ack.detail["how"] in ("ack", "self-requeue")
+    row = journal.victims_of(pre["preemption_id"])[0]
+    assert row["job_id"] == victim and row["state"] == "requeued"
+    assert not [r for r in journal.read_audit(job_id=other) if "Mark" in r.kind]
+    # It resumes from its checkpoint and ends; nothing was lost in Slurm.
+    release_requeued(cluster, victim)
+    cluster.wait_state(beneficiary, "COMPLETED", timeout=60)
+    cluster.wait_state(victim, "COMPLETED", timeout=300)
+    out = cluster.read_file(wd / f"slurm-{victim}.out", contains="finished")
+    assert f"at step {saved} (restart 1)" in out
+    records = assert_no_job_lost(cluster, [*victims, beneficiary])
+    assert records[victim]["Restarts"] == "1" and records[other]["Restarts"] == "0"
+    assert daemon.cli("log", "--job", str(victim)).stdout.count("MarkVictim") == 1
 
 
 IGNORING = """#!/bin/bash

@@ -250,12 +250,18 @@ def test_the_preemption_mark_keeps_the_directives_and_reads_back() -> None:
 
 
 def _slurm_tools(tmp_path: Path, admin_comment: str) -> Path:
-    """squeue printing ``admin_comment`` padded as -O pads it; scontrol logging its args."""
+    """squeue answering the comment (``%k``) and the admin_comment padded as -O
+    pads it; scontrol logging its arguments, one call a line."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "scontrol.log"
-    (bin_dir / "squeue").write_text(
-        f"#!/bin/sh\nprintf '%-4096s\\n' '{admin_comment}'\n")
+    (bin_dir / "squeue").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in
+          *admin_comment*) printf '%-4096s\\n' '{admin_comment}' ;;
+          *) echo 'owner-note ckpt:100:0' ;;
+        esac
+        """))
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
@@ -273,9 +279,16 @@ def test_a_job_requeues_itself_only_when_marked_for_this_run(
         restart_count: int, requeued: bool) -> None:
     log = _slurm_tools(tmp_path, admin_comment)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    got = spjob.requeue_if_preempted(42, restart_count=restart_count)
-    assert got == ("pre-42-100" if requeued else None)
-    assert (log.read_text() if log.exists() else "") == ("requeue 42\n" if requeued else "")
+    stamp, pid = spjob.acknowledge_and_requeue(42, restart_count=restart_count, stamp=500)
+    assert stamp == 500 and pid == ("pre-42-100" if requeued else None)
+    calls = log.read_text().splitlines()
+    # The ack first (saying so when the job requeues itself), then the requeue.
+    ack = f"update jobid=42 comment=owner-note ckpt:500:{restart_count}"
+    assert calls == ([f"{ack} requeuing:{restart_count}", "requeue 42"] if requeued
+                     else [ack])
+    assert spjob.requeuing(calls[0].partition("comment=")[2], restart_count) is requeued
+    # A later plain ack drops the word.
+    assert "requeuing" not in spjob.merge_ack(calls[0].partition("comment=")[2], 600, 1)
 
 
 class FakeClient:

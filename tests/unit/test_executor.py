@@ -533,6 +533,32 @@ def test_a_victim_is_marked_before_its_signal_and_unmarked_when_called_off(
     assert marks == [("MarkVictim", 1, "ok"), ("UnmarkVictim", 1, "ok")]
 
 
+def test_a_victim_requeuing_itself_is_left_to_it_for_a_bounded_while(
+        journal: Journal) -> None:
+    """An ack that says ``requeuing:<restart>`` (``ckpt ack --requeue``): our
+    requeue waits, so as not to race the job's own; 10 s after the ack, a job
+    still running is requeued by us after all. A plain ack is requeued at once."""
+    ex, rec = make(journal)
+    run(ex, snap(job(1, admin_comment=OURS), job(3, JobState.PENDING)), start(), signal())
+    said = snap(job(1, admin_comment=OURS + " preempting=p1:0",
+                    comment="ckpt:1001:0 requeuing:0"), job(3, JobState.PENDING),
+                reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    run(ex, said, requeue(), now=1003.0)
+    run(ex, said, requeue(), now=1006.0)
+    assert ("requeue", 1) not in rec.calls
+    waits = [a.outcome for a in journal.read_audit() if a.kind == "Requeue"]
+    assert len(waits) == 1 and waits[0].startswith("deferred: the victim is requeuing itself")
+    run(ex, said, requeue(), now=1011.0)
+    assert rec.calls.count(("requeue", 1)) == 1
+    # Without the word, at once.
+    ex2, rec2 = make(Journal(journal.path.parent / "j2"))
+    run(ex2, snap(job(1), job(3, JobState.PENDING)), start(), signal())
+    plain = snap(job(1, comment="ckpt:1001:0"), job(3, JobState.PENDING),
+                 reservations=(Reservation(name=RESV, nodes=("gpu01",)),))
+    run(ex2, plain, requeue(), now=1003.0)
+    assert rec2.calls.count(("requeue", 1)) == 1
+
+
 def test_only_our_rigid_victims_are_marked_and_stale_marks_come_off(journal: Journal) -> None:
     """An admin_comment our plugin did not write is not ours to change; an
     elastic victim's requeue is ours (it shrinks it); a mark this journal does
