@@ -192,7 +192,7 @@ class PolicyDriver:
                 return True
             ack = self._ack(j)
             # As the snapshot writes it (whole seconds) and the planner compares it.
-            if ack is not None and float(f"{EPOCH + ack:.0f}") >= signalled_at:
+            if ack is not None and math.floor(EPOCH + ack) >= signalled_at:
                 return True
         return False
 
@@ -455,7 +455,9 @@ class PolicyDriver:
             reservation=j.resv or "",
             nodes=tuple(hosts.names[h] for h, _ in j.alloc) if running else (),
             gpus_on_node={hosts.names[h]: g for h, g in j.alloc} if running else {},
-            comment=f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "",
+            # Whole seconds, cut as the job-side helper cuts them (int(time.time())):
+            # rounded up, an ack a moment before a new signal would answer it.
+            comment=f"ckpt:{math.floor(EPOCH + ack)}" if ack is not None else "",
             admin_comment=self._admin_comment(j),
             begin_time=(EPOCH + j.begin_time if j.begin_time is not None
                         and j.begin_time > self.sim.now else None),

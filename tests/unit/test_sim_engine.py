@@ -644,7 +644,8 @@ def test_the_snapshot_shows_each_running_job_its_latest_periodic_ack() -> None:
             j = sim.by_id[record.job_id]
             if j.state == 1:
                 ack = driver._ack(j)
-                assert record.comment == (f"ckpt:{EPOCH + ack:.0f}" if ack is not None else "")
+                assert record.comment == (f"ckpt:{math.floor(EPOCH + ack)}" if ack is not None
+                                          else "")
                 checked.append(int(ack is not None))
 
     _replay_checking_snapshots(check)
