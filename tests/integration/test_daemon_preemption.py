@@ -103,14 +103,17 @@ def test_a_marked_victim_requeues_itself_at_its_ack(cluster: LiveCluster,
     out = cluster.read_file(wd / f"slurm-{victim}.out", contains="requeued for preemption")
     assert f"requeued for preemption {pre['preemption_id']}" in out
     saved = int(out.split("checkpoint at step ")[1].split(";")[0])
+    # The daemon's next look sees it gone: requeued, by itself.
+    row = wait_for(lambda: next((r for r in journal_of(daemon).victims_of(
+        str(pre["preemption_id"])) if r["state"] == "requeued"), None), 30,
+        "the daemon to see the victim requeued")
+    assert row["job_id"] == victim
     journal = journal_of(daemon)
     audit = journal.read_audit(job_id=victim)
     assert [(r.kind, r.outcome) for r in audit if r.kind == "MarkVictim"] == [("MarkVictim", "ok")]
     assert not [r for r in audit if r.kind == "Requeue" and r.outcome == "ok"]
     ack = next(r for r in audit if r.kind == "CheckpointAck")
     assert ack.detail["how"] in ("ack", "self-requeue")
-    row = journal.victims_of(pre["preemption_id"])[0]
-    assert row["job_id"] == victim and row["state"] == "requeued"
     assert not [r for r in journal.read_audit(job_id=other) if "Mark" in r.kind]
     # It resumes from its checkpoint and ends; nothing was lost in Slurm.
     release_requeued(cluster, victim)
