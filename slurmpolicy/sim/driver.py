@@ -63,6 +63,7 @@ from slurmpolicy.policy.actions import (
     Annotate,
     DeleteReservation,
     Intents,
+    Plan,
     Requeue,
     ReservationAction,
     SetBeginTime,
@@ -196,6 +197,27 @@ class PolicyDriver:
                 return True
         return False
 
+    def may_call_off(self) -> bool:
+        """A short cycle now could call an open preemption off: its beneficiary
+        no longer waits, or enough hosts have the GPUs it needs free (what
+        ``advance`` checks first; reservations and the jobs ahead of it are
+        left to the plan, so this errs on the side of planning)."""
+        sim = self.sim
+        free = sim.hosts.free
+        for p in self.intents.preemptions:
+            b = sim.by_id.get(p.beneficiary)
+            if b is None or b.state != 0:
+                return True
+            spec = b.spec
+            need = spec.min_nodes or spec.nodes
+            gpn = spec.gpus_per_node
+            for f in free:
+                if f >= gpn:
+                    need -= 1
+                    if need <= 0:
+                        return True
+        return False
+
     def enqueued(self, job: SimJob) -> None:
         """A job became pending (arrival or requeue)."""
         if job.spec.job_class in self.urgent:
@@ -222,7 +244,7 @@ class PolicyDriver:
         running = self._running_records  # the snapshot's running jobs, by id
         usage = fairshare.advance_usage(self.intents.usage, self.intents.usage_at, running, now,
                                         sim.settings.fairshare.half_life)
-        intents = replace(self.intents, usage=usage, usage_at=now)
+        intents = replace(self._observe_victims(self.intents, now), usage=usage, usage_at=now)
         t2 = process_time()
         plan = self.plan_fn(snapshot, self.fabric, sim.settings, intents, now,
                             cache=self.plan_cache, clock=process_time, open_only=not full)
@@ -257,6 +279,21 @@ class PolicyDriver:
             self.apply(action, now)
         if self._marked:
             self._clear_stale_marks()
+
+    def _observe_victims(self, intents: Intents, now: float) -> Intents:
+        """The executor's reconcile: a signalled victim whose restart count moved
+        requeued itself (``ckpt ack --requeue``); the journal records it
+        requeued, and preempted now (its per-day budget), as our requeue would."""
+        if not self.awaiting:
+            return intents
+        by_id = self.sim.by_id
+        gone = tuple(
+            Requeue(reason="it requeued itself", preemption_id=p.preemption_id,
+                    job_id=v.job_id, restart_count=v.restart_count, after="acknowledged")
+            for p in intents.preemptions for v in p.victims
+            if v.state is VictimState.SIGNALLED and v.job_id in self.awaiting
+            and by_id[v.job_id].restarts != v.restart_count)
+        return self.apply_fn(intents, Plan(actions=gone), now) if gone else intents
 
     def _clear_stale_marks(self) -> None:
         """The executor's sweep: marks of preemptions no longer open come off."""

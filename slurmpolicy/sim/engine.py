@@ -59,6 +59,7 @@ class Daemon(Protocol):
     def cpu_parts(self) -> dict[str, float]: ...
     def should_plan(self) -> bool: ...
     def poll_due(self) -> bool: ...
+    def may_call_off(self) -> bool: ...
     def cycle(self) -> None: ...
     def submitted(self, job: SimJob) -> None: ...
     def enqueued(self, job: SimJob) -> None: ...
@@ -599,7 +600,7 @@ class Simulator:
                 # signalled victim awaiting its requeue. Planned here only when
                 # one can move on (ack seen, deadline passed, victim gone), or
                 # at its short cycle (every preemption_poll) after GPUs were
-                # given back (a beneficiary that fits on them lets its
+                # given back when a beneficiary may fit on them (it lets its
                 # preemption go, and its victims' marks come off): the other
                 # looks start no cycle, and its short cycles would plan nothing
                 # new for it.
@@ -607,7 +608,8 @@ class Simulator:
                 assert self.driver is not None
                 if self.driver.poll_due() or (
                         self.freed and t - self._cycle_at
-                        >= self.settings.daemon.preemption_poll - 1e-9):
+                        >= self.settings.daemon.preemption_poll - 1e-9
+                        and self.driver.may_call_off()):
                     self._cycle_at = t
                     self.changed = False
                     self.driver.cycle()

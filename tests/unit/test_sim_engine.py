@@ -244,6 +244,10 @@ def test_a_marked_victim_requeues_itself_at_its_ack_and_loses_nothing() -> None:
     assert daemons.driver.actions_applied.get("Requeue", 0) == 1
     assert own.by_id[2].first_start == pytest.approx(daemons.by_id[2].first_start - 0.5)
     assert not own.driver._marked
+    # The daemon's next look saw it gone, once, and recorded it preempted (its
+    # per-day budget) as its own requeue would have: no look after that plans.
+    assert list(own.driver.intents.preempted_at) == [1]
+    assert own.plan_calls <= daemons.plan_calls
 
 
 def test_a_victim_of_a_preemption_called_off_keeps_running_after_its_ack() -> None:
