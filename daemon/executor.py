@@ -379,6 +379,8 @@ class Executor:
         if victim.get("acked_at") is not None:
             # It saved when it answered the signal (an ack, an exit, a self-requeue).
             since = max(since, float(victim["acked_at"]))
+            if requeuing(job.comment, int(victim["restart_count"])):
+                return 0.0  # `ckpt ack --requeue`: it stopped itself right after its ack
         return max(0.0, at - since) * gpus
 
     def _note_ack(self, victim: dict[str, Any], job: Job, at: float, how: str,

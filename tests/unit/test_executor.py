@@ -548,8 +548,21 @@ def test_a_victim_requeuing_itself_is_left_to_it_for_a_bounded_while(
     assert ("requeue", 1) not in rec.calls
     waits = [a.outcome for a in journal.read_audit() if a.kind == "Requeue"]
     assert len(waits) == 1 and waits[0].startswith("deferred: the victim is requeuing itself")
-    run(ex, said, requeue(), now=1011.0)
-    assert rec.calls.count(("requeue", 1)) == 1
+    # It requeued itself: seen gone, it lost nothing after its ack.
+    gone = snap(job(1, JobState.PENDING, admin_comment=OURS + " preempting=p1:0",
+                    comment="ckpt:1001:0 requeuing:0", restart_count=1),
+                job(3, JobState.PENDING))
+    report = ex.reconcile(gone, 1008.0)
+    assert report.requeued == [1] and report.lost_gpu_seconds == 0.0
+    assert journal.load_intents().preemptions[0].victims[0].state is VictimState.REQUEUED
+    assert ("requeue", 1) not in rec.calls
+    # One whose own requeue failed is requeued by us once the wait is over.
+    ex3, rec3 = make(Journal(journal.path.parent / "j3"))
+    run(ex3, snap(job(1, admin_comment=OURS), job(3, JobState.PENDING)), start(), signal())
+    run(ex3, said, requeue(), now=1006.0)
+    assert ("requeue", 1) not in rec3.calls
+    run(ex3, said, requeue(), now=1011.0)
+    assert rec3.calls.count(("requeue", 1)) == 1
     # Without the word, at once.
     ex2, rec2 = make(Journal(journal.path.parent / "j2"))
     run(ex2, snap(job(1), job(3, JobState.PENDING)), start(), signal())
