@@ -117,15 +117,16 @@ def requeuing(comment: str, restart_count: int) -> bool:
 
 
 def acknowledge(job_id: int | None = None, *, restart_count: int | None = None,
-                stamp: float | None = None) -> int:
+                stamp: float | None = None, requeuing: bool = False) -> int:
     """Write ``ckpt:<now>`` into the job's comment; returns the stamp written.
 
     Call it after the checkpoint is safely on disk: the daemon may requeue the
-    job as soon as it sees the acknowledgement.
+    job as soon as it sees the acknowledgement. ``requeuing``: say that the
+    job requeues itself next (:func:`acknowledge_and_requeue`).
     """
     jid = job_id_from_env() if job_id is None else job_id
     when = int(time.time() if stamp is None else stamp)
-    comment = merge_ack(read_comment(jid), when, restart_count)
+    comment = merge_ack(read_comment(jid), when, restart_count, requeuing=requeuing)
     _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
     return when
 
@@ -181,14 +182,11 @@ def acknowledge_and_requeue(job_id: int | None = None, *, restart_count: int | N
     jid = job_id_from_env() if job_id is None else job_id
     rc = restart_count_from_env() if restart_count is None else restart_count
     mark = preemption_mark(read_admin_comment(jid))
-    marked = mark is not None and mark[1] == rc
-    when = int(time.time() if stamp is None else stamp)
-    comment = merge_ack(read_comment(jid), when, rc, requeuing=marked)
-    _run([_tool("scontrol"), "update", f"jobid={jid}", f"comment={comment}"])
-    if not marked or mark is None:
-        return when, None
-    _run([_tool("scontrol"), "requeue", str(jid)])
-    return when, mark[0]
+    pid = mark[0] if mark is not None and mark[1] == rc else None
+    when = acknowledge(jid, restart_count=rc, stamp=stamp, requeuing=pid is not None)
+    if pid is not None:
+        _run([_tool("scontrol"), "requeue", str(jid)])
+    return when, pid
 
 
 #: Figures Slurm does not know (data loading throughput, time to the first

@@ -291,8 +291,7 @@ class PolicyDriver:
             Requeue(reason="it requeued itself", preemption_id=p.preemption_id,
                     job_id=v.job_id, restart_count=v.restart_count, after="acknowledged")
             for p in intents.preemptions for v in p.victims
-            if v.state is VictimState.SIGNALLED and v.job_id in self.awaiting
-            and by_id[v.job_id].restarts != v.restart_count)
+            if v.state is VictimState.SIGNALLED and by_id[v.job_id].restarts != v.restart_count)
         return self.apply_fn(intents, Plan(actions=gone), now) if gone else intents
 
     def _clear_stale_marks(self) -> None:
