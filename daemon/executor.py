@@ -942,19 +942,20 @@ class Executor:
             return
         assert self.client is not None
         client = self.client
-        for job in snapshot.jobs:
-            if MARK_PREFIX not in job.admin_comment or not job.is_running:
+        for job in snapshot.by_state()[1]:  # the running jobs (the planner's table)
+            if MARK_PREFIX not in job.admin_comment:
                 continue
             mark = preemption_mark(job.admin_comment)
             if mark is None or mark[1] != job.restart_count:
                 continue
             pid, rc = mark
             victim = self.journal.victim(pid, job.job_id, rc)
+            if victim is not None and victim["state"] in (VictimState.REQUEUED.value,
+                                                          VictimState.ENDED.value):
+                continue  # that run is over (this snapshot was read before our requeue)
             p = self.journal.preemption(pid)
             if victim is not None and p is not None and \
-                    p["state"] not in (PreemptionState.DONE.value,
-                                       PreemptionState.ABORTED.value) and \
-                    victim["state"] not in (VictimState.REQUEUED.value, VictimState.ENDED.value):
+                    p["state"] not in (PreemptionState.DONE.value, PreemptionState.ABORTED.value):
                 continue
             key = f"unmark:{pid}:{job.job_id}:{rc}"
             if self.journal.has_step(key, (OK, REACHED)) or \

@@ -563,6 +563,8 @@ def test_a_victim_requeuing_itself_is_left_to_it_for_a_bounded_while(
     assert ("requeue", 1) not in rec3.calls
     run(ex3, said, requeue(), now=1011.0)
     assert rec3.calls.count(("requeue", 1)) == 1
+    # Its mark names the run we just ended: nothing to take off (one call, the mark).
+    assert rec3.calls.count(("set_admin_comment", 1)) == 1
     # Without the word, at once.
     ex2, rec2 = make(Journal(journal.path.parent / "j2"))
     run(ex2, snap(job(1), job(3, JobState.PENDING)), start(), signal())
