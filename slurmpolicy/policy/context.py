@@ -366,6 +366,8 @@ class Context:
         self.victim_answers: dict[tuple[int, int | None], str | None] = {}
         #: preemption's victim order keys, by job id (they read the job, now, the intents).
         self.victim_keys: dict[int, tuple[bool, bool, float, float, bool, int]] = {}
+        #: preemption's running jobs that may be preempted, by beneficiary rank and host.
+        self.victims_by_rank: dict[int, dict[str, list[Job]]] = {}
         #: The waiting jobs and the running ones, in the snapshot's order, and
         #: every job by id: the snapshot's own tables (Snapshot.by_state,
         #: jobs_by_id), shared, so never changed here.

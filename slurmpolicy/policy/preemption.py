@@ -239,6 +239,27 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
     eligible: dict[int, Job] = {}
     taken = state.taken
     allocated = state.allocated
+    if refusals is None:
+        # Most running jobs may never be a victim of this rank (their class,
+        # --preemptible=no, their min runtime): the plan's walk of them is
+        # done once per rank (_victims_by_host), and each search walks only
+        # the hosts' candidates, in the same order.
+        index = ctx.victims_by_rank.get(rank)
+        if index is None:
+            index = ctx.victims_by_rank[rank] = _victims_by_host(ctx, rank)
+        if not index:
+            return eligible
+        guaranteed_gpus = ctx.fairshare.guaranteed_gpus
+        for h in hosts:
+            for victim in index.get(h, ()):
+                job_id = victim.job_id
+                if job_id in eligible or job_id in taken:
+                    continue
+                if (allocated.get(victim.account, 0) - job_gpus(victim)
+                        < guaranteed_gpus(victim.account) - 1e-9):
+                    continue
+                eligible[job_id] = victim
+        return eligible
     guaranteed = ctx.fairshare.guaranteed_gpus
     answers = ctx.victim_answers
     running_by_host = ctx.running_by_host
@@ -262,6 +283,17 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
             elif refusals is not None:
                 refusals.setdefault(why.split(" (")[0], []).append(why)
     return eligible
+
+
+def _victims_by_host(ctx: Context, rank: int) -> dict[str, list[Job]]:
+    """The running jobs a job of ``rank`` may preempt (``why_not_victim``; the
+    account shares are the search's), by host, in ``running_by_host`` order."""
+    index: dict[str, list[Job]] = {}
+    for victim in ctx.running:
+        if why_not_victim(ctx, victim, rank) is None:
+            for h in victim.nodes:
+                index.setdefault(h, []).append(victim)
+    return index
 
 
 def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
@@ -303,12 +335,25 @@ def _search(ctx: Context, beneficiary: Job, rank: int, state: _Round,
     # Free GPUs that higher jobs of this plan will take are not this job's.
     taken = ctx.free_taken
     free = {h: max(0, counts[h][1] - taken.get(h, 0)) for h in hosts}
+    level = shape.level if shape.strict else Level.CLUSTER
+    # Every tier's hosts are within what all the eligible jobs free, so when
+    # that is too little each tier fails alike, and the answer is the widest
+    # tier's (the last tried): asked once, not per tier.
+    every: dict[str, int] = dict(free)
+    for v in eligible.values():
+        for h in v.nodes:
+            if h in every:
+                every[h] += _gpus_on(v, h)
+    most = ctx.most_hosts_in_one_domain(every, gpn, level)
+    if most < shape.nodes:
+        where = f" in one {level.name.lower()}" if level < Level.CLUSTER else ""
+        return (f"even preempting every allowed job frees at most {most} "
+                f"host(s) with {gpn} GPUs{where}; it needs {shape.nodes}")
     tiers = [
         [v for v in eligible.values() if ctx.can_checkpoint(v)],
         [v for v in eligible.values() if not ctx.shielded_by_no_checkpoint(v)],
         list(eligible.values()),
     ]
-    level = shape.level if shape.strict else Level.CLUSTER
     seen: set[int] = set()
     last_reason = "no node set can be freed for it"
     for tier in tiers:
