@@ -410,3 +410,40 @@ def test_every_site_factor_is_the_sum_of_its_parts(case, bonus_per_hour, seen_fr
         parts = priority.factors(ctx, job, job.job_id in result.bonus)
         assert value == parts.total, (job.job_id, parts)
         assert result.effective[job.job_id] == job.priority - job.site_factor + value
+
+
+def _advance_usage_reference(usage, usage_at, running, now, half_life):
+    """advance_usage as first written: a weight per job, every job alike."""
+    from slurmpolicy.policy.fairshare import decay
+    result = decay(usage, usage_at, now, half_life)
+    for job in running:
+        if job.gpus <= 0:
+            continue
+        begin = job.start_time if job.start_time is not None else now
+        if usage_at is not None:
+            begin = max(begin, usage_at)
+        span = max(0.0, now - begin)
+        if span <= 0:
+            continue
+        weight = 0.5 ** ((span / 2) / half_life) if half_life > 0 else 1.0
+        result[job.account] = result.get(job.account, 0.0) + job.gpus * span * weight
+    return result
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 16),
+                          st.one_of(st.none(), st.floats(0.0, 2000.0))), max_size=30),
+       st.one_of(st.none(), st.floats(0.0, 2000.0)), st.floats(0.0, 3000.0),
+       st.sampled_from([0.0, 3600.0, 7 * 86400.0]))
+def test_advance_usage_is_the_per_job_sum_bit_for_bit(rows, usage_at, now, half_life):
+    """The usage the fair share reads from cycle to cycle: the shortcut for the
+    jobs running since ``usage_at`` (one weight for all) sums the same floats
+    in the same order as a weight worked out per job."""
+    from slurmpolicy.model import Job, JobState
+    from slurmpolicy.policy.fairshare import advance_usage
+    jobs = [Job(job_id=i, name="j", user="u", account=acct, partition="p",
+                state=JobState.RUNNING, gpus=gpus, start_time=start)
+            for i, (acct, gpus, start) in enumerate(rows)]
+    usage = {"a": 1000.0, "b": 5.5}
+    assert (advance_usage(usage, usage_at, jobs, now, half_life)
+            == _advance_usage_reference(usage, usage_at, jobs, now, half_life))
