@@ -139,6 +139,8 @@ class PolicyDriver:
         #: actions the executor left for a later cycle (within_budget).
         self.over_budget = 0
         self.deferred = 0
+        #: Slurm calls of the last cycle's executor (within_budget).
+        self.calls_made = 0
         #: Classes that may preempt and are never preempted: their submission
         #: rings the daemon's doorbell (plugin.doorbell), and a newly blocked job
         #: of one of them is planned for at the next cycle; the rest at ``refresh``.
@@ -232,8 +234,11 @@ class PolicyDriver:
     def cycle(self) -> None:
         self.sim.freed = False  # this cycle's snapshot sees the GPUs given back
         full = self._full_due()
+        budget = self.sim.settings.daemon.max_slurm_calls_per_cycle
         if not full and not self.open:
             self.sim.changed = True  # keep the change pending until we plan
+            if self._marked:
+                self._clear_stale_marks(budget)  # the executor's sweeps run all the same
             return
         from slurmpolicy.policy import fairshare
 
@@ -260,7 +265,10 @@ class PolicyDriver:
         else:
             sim.open_only_plans += 1
             sim.changed = True  # what else changed waits for the next full plan
-        done = self.within_budget(plan.actions)
+        # The executor's first sweep, before the plan's actions: marks that the
+        # last cycle's budget left on (each a call of this cycle's budget).
+        spent = self._clear_stale_marks(budget) if self._marked else 0
+        done = self.within_budget(plan.actions, spent)
         if len(done) < len(plan.actions) or plan.held_back:
             # What the executor leaves for the next cycle never reaches the
             # journal; nor do the site factors the plan held back for it.
@@ -279,7 +287,8 @@ class PolicyDriver:
         for action in plan.actions:
             self.apply(action, now)
         if self._marked:
-            self._clear_stale_marks()
+            # Its sweep after the actions, within what they left of the budget.
+            self._clear_stale_marks(budget - self.calls_made)
 
     def _observe_victims(self, intents: Intents, now: float) -> Intents:
         """The executor's reconcile: a signalled victim whose restart count moved
@@ -295,19 +304,30 @@ class PolicyDriver:
             if v.state is VictimState.SIGNALLED and by_id[v.job_id].restarts != v.restart_count)
         return self.apply_fn(intents, Plan(actions=gone), now) if gone else intents
 
-    def _clear_stale_marks(self) -> None:
-        """The executor's sweep: marks of preemptions no longer open come off."""
+    def _clear_stale_marks(self, allowance: int) -> int:
+        """The executor's sweep: marks of preemptions no longer open come off a
+        running job, one Slurm call each, at most ``allowance`` of them (the
+        cycle's call budget left); the others stay on until a later sweep.
+        Returns the calls made."""
         open_ids = {p.preemption_id for p in self.intents.preemptions}
         by_id = self.sim.by_id
+        calls = 0
         for jid, pid in list(self._marked.items()):
             j = by_id[jid]
-            if j.marked != pid:
-                del self._marked[jid]  # requeued (or marked anew)
+            if j.marked != pid or j.state != 1:
+                del self._marked[jid]  # requeued, marked anew or ended: no call
             elif pid not in open_ids:
+                if calls >= allowance:
+                    continue  # CallBudgetExhausted: left on until a later sweep
+                calls += 1
                 j.marked = None
                 del self._marked[jid]
+        if calls:
+            applied = self.actions_applied  # the daemon audits each as UnmarkVictim
+            applied["UnmarkVictim"] = applied.get("UnmarkVictim", 0) + calls
+        return calls
 
-    def within_budget(self, actions: tuple[Action, ...]) -> tuple[Action, ...]:
+    def within_budget(self, actions: tuple[Action, ...], spent: int = 0) -> tuple[Action, ...]:
         """The actions the daemon's executor carries out within
         ``daemon.max_slurm_calls_per_cycle``, in its order: one call each
         (a StartPreemption two: reserve, then name the reservation on the
@@ -317,8 +337,10 @@ class PolicyDriver:
         the budget, the executor stops and the rest waits for the next cycle.
         (Calls that retry earlier steps, ``carry_on``, are not modelled: the
         simulated Slurm never fails one.)
-        Returns ``actions`` itself when all fit."""
-        budget = self.sim.settings.daemon.max_slurm_calls_per_cycle
+        ``spent``: calls this cycle already made (the first mark sweep).
+        Returns ``actions`` itself when all fit; the calls made, ``spent``
+        included, are left in ``calls_made``."""
+        budget = self.sim.settings.daemon.max_slurm_calls_per_cycle - spent
         cost = 0
         jobs_of: dict[int, int] = {}  # site-factor value -> jobs that get it
         for a in actions:
@@ -326,7 +348,9 @@ class PolicyDriver:
                 jobs_of[a.site_factor] = jobs_of.get(a.site_factor, 0) + 1
             else:
                 cost += _calls(a, self.sim)
-        if cost + sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values()) <= budget:
+        batches = sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values())
+        if cost + batches <= budget:
+            self.calls_made = spent + cost + batches
             return actions  # the common case: everything fits
         done: list[Action] = []
         calls = 0
@@ -343,6 +367,8 @@ class PolicyDriver:
             done.append(a)
         for batch in site_factor_batches(site, _site_factor)[:max(0, budget - calls)]:
             done.extend(batch)
+            calls += 1
+        self.calls_made = spent + calls
         kept = set(map(id, done))
         return tuple(a for a in actions if id(a) in kept)
 

@@ -561,6 +561,43 @@ def test_the_simulated_executor_keeps_to_the_slurm_call_budget() -> None:
     assert driver(3).within_budget(actions) == (start, requeue)
 
 
+def test_the_simulated_executor_takes_marks_off_within_the_call_budget() -> None:
+    """The executor's mark sweeps are Slurm calls of the cycle's budget
+    (daemon/executor.py: ``_call`` counts them): a mark the budget leaves on
+    stays until a later sweep, whose calls come out of that cycle's budget
+    before the plan's actions. An ended job's mark needs no call."""
+    from types import SimpleNamespace
+
+    from slurmpolicy.policy.actions import SetSiteFactor
+    from slurmpolicy.settings import Daemon, Settings
+
+    def marked(pid: str, state: int = 1) -> SimpleNamespace:
+        return SimpleNamespace(marked=pid, state=state,
+                               spec=SimpleNamespace(min_nodes=None))
+
+    d = object.__new__(PolicyDriver)
+    jobs = {3: marked("p1"), 4: marked("p1"), 5: marked("p2"), 6: marked("p1", state=2)}
+    d.sim = SimpleNamespace(  # type: ignore[assignment]
+        settings=Settings(daemon=Daemon(max_slurm_calls_per_cycle=3)), by_id=jobs)
+    d.intents = SimpleNamespace(  # type: ignore[assignment]
+        preemptions=(SimpleNamespace(preemption_id="p2"),))  # p2 still open, p1 not
+    d._marked = {3: "p1", 4: "p1", 5: "p2", 6: "p1"}
+    d.actions_applied = {}
+    # One call left after the actions: job 3's mark comes off, job 4's stays.
+    assert d._clear_stale_marks(1) == 1
+    assert jobs[3].marked is None and jobs[4].marked == "p1" and jobs[5].marked == "p2"
+    assert d._marked == {4: "p1", 5: "p2"}  # the ended job 6 dropped, no call
+    # Next cycle: its first sweep takes job 4's off (a call), so of a budget of
+    # 3 two are left for three site-factor values: the third waits.
+    factors = tuple(SetSiteFactor(reason="r", job_id=10 + v, site_factor=v, previous=0)
+                    for v in (100, 200, 300))
+    spent = d._clear_stale_marks(3)
+    assert spent == 1 and jobs[4].marked is None and d._marked == {5: "p2"}
+    assert d.within_budget(factors) is factors and d.calls_made == 3
+    assert len(d.within_budget(factors, spent)) == 2 and d.calls_made == 3
+    assert d.actions_applied == {"UnmarkVictim": 2}
+
+
 def test_a_replay_over_the_call_budget_defers_and_loses_no_job() -> None:
     from slurmpolicy.settings import Daemon, Settings
 
