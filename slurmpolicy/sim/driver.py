@@ -20,9 +20,9 @@ Slurm's semantics:
   save time), then writes its ``ckpt:<epoch>`` ack into its comment and, if
   still marked, requeues itself (``slurmpolicy ckpt ack --requeue``: the
   simulated jobs use the helper as docs/checkpointing.md advises); the marks
-  of preemptions no longer open are taken off after each cycle, as the
-  executor does (those calls, like its retries, are not counted against the
-  budget);
+  of preemptions no longer open are taken off in the executor's sweeps
+  before and after each cycle's actions, a call each within the budget
+  (its retries are not modelled);
 - Requeue: the victim stops at once and restarts from its last checkpoint
   (acknowledged or periodic); the work since then is lost;
 - DeleteReservation, SetBeginTime: as Slurm does; FinishPreemption and
