@@ -198,12 +198,31 @@ def _sort_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, i
     # The same all plan long (it reads the job, the time and the missed acks): kept.
     key = ctx.victim_keys.get(job.job_id)
     if key is None or ctx.by_id.get(job.job_id) is not job:
-        key = (ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
-               preemption_cost(ctx, job), lost_work(ctx, job),
-               elastic.node_range(ctx, job) is None, job.job_id)
+        key = _victim_key(ctx, job)
         if ctx.by_id.get(job.job_id) is job:
             ctx.victim_keys[job.job_id] = key
     return key
+
+
+def _victim_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool, int]:
+    """``_sort_key``'s tuple: (``shielded_by_no_checkpoint``, not
+    ``can_checkpoint``, ``preemption_cost``, ``lost_work``, not elastic, job
+    id), each as those functions give it, with the job's directives read once
+    and its lost work worked out once (a production job's search keys every
+    running job below it: a few hundred a plan)."""
+    policy = ctx.policy(job)
+    can = ctx.can_checkpoint(job)
+    allowed = ctx.settings.preemption.no_checkpoint_partitions
+    shielded = not can and (not allowed or job.partition in allowed)
+    lost = lost_work(ctx, job)
+    ck = policy.checkpoint
+    if ck is None or not ck.signal:
+        cost = lost
+    else:
+        grace = ck.grace or ctx.settings.preemption.default_grace  # _grace()
+        cost = job_gpus(job) * (grace + ctx.settings.preemption.restart_cost)
+    return (shielded, not can, cost, lost, not policy.elastic or policy.node_range is None,
+            job.job_id)
 
 
 def _search_key(ctx: Context, beneficiary: Job, rank: int) -> tuple[object, ...]:

@@ -447,3 +447,21 @@ def test_advance_usage_is_the_per_job_sum_bit_for_bit(rows, usage_at, now, half_
     usage = {"a": 1000.0, "b": 5.5}
     assert (advance_usage(usage, usage_at, jobs, now, half_life)
             == _advance_usage_reference(usage, usage_at, jobs, now, half_life))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_the_victim_order_key_is_the_rules_it_names(case):
+    """preemption's victim key, worked out in one pass, is the tuple of the
+    functions it names for every running job (shelter, checkpoint, cost,
+    lost work, elastic), whatever its directives, acks and missed acks."""
+    from slurmpolicy.policy import elastic
+    from slurmpolicy.policy import preemption as pre
+
+    b, s, intents = case
+    ctx = Context(b.snapshot(), b.fabric(), s, intents, b.now)
+    for job in ctx.running:
+        assert pre._sort_key(ctx, job) == (
+            ctx.shielded_by_no_checkpoint(job), not ctx.can_checkpoint(job),
+            pre.preemption_cost(ctx, job), pre.lost_work(ctx, job),
+            elastic.node_range(ctx, job) is None, job.job_id)
