@@ -212,15 +212,14 @@ def _victim_key(ctx: Context, job: Job) -> tuple[bool, bool, float, float, bool,
     running job below it: a few hundred a plan)."""
     policy = ctx.policy(job)
     can = ctx.can_checkpoint(job)
-    allowed = ctx.settings.preemption.no_checkpoint_partitions
-    shielded = not can and (not allowed or job.partition in allowed)
+    # Asked again only of the jobs that cannot checkpoint (its first question).
+    shielded = not can and ctx.shielded_by_no_checkpoint(job)
     lost = lost_work(ctx, job)
     ck = policy.checkpoint
     if ck is None or not ck.signal:
-        cost = lost
+        cost = lost  # preemption_cost's own answer for such a job
     else:
-        grace = ck.grace or ctx.settings.preemption.default_grace  # _grace()
-        cost = job_gpus(job) * (grace + ctx.settings.preemption.restart_cost)
+        cost = job_gpus(job) * (_grace(ctx, job) + ctx.settings.preemption.restart_cost)
     return (shielded, not can, cost, lost, not policy.elastic or policy.node_range is None,
             job.job_id)
 

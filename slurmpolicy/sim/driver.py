@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from time import process_time
 from typing import Any
 
@@ -76,7 +76,7 @@ from slurmpolicy.policy.actions import (
     site_factor_batches,
 )
 from slurmpolicy.settings import doorbell_classes
-from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator
+from slurmpolicy.sim.engine import SimJob, SimReservation, Simulator, _last
 
 
 class PolicyUnavailable(ConfigError):
@@ -653,8 +653,6 @@ class PolicyDriver:
 
 
 _job_id = attrgetter("job_id")
-#: A queue key's job id.
-_last = itemgetter(-1)
 _site_factor = attrgetter("site_factor")
 
 
