@@ -34,7 +34,7 @@ speaks is :mod:`slurmpolicy.protocol`'s (``Context.policy``).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter, itemgetter
@@ -129,7 +129,8 @@ def why_not_victim(ctx: Context, victim: Job, beneficiary_rank: int | None) -> s
     """None when ``victim`` may be preempted by a job of ``beneficiary_rank``, else why not.
 
     ``beneficiary_rank`` None checks everything but the class order.
-    The account-share rule needs the other victims and is checked on selection.
+    The account-share rule needs the other victims: :func:`_keeps_guarantee`,
+    on selection.
     """
     key = (victim.job_id, beneficiary_rank)
     if key in ctx.victim_answers:
@@ -273,10 +274,8 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
                 job_id = victim.job_id
                 if job_id in eligible or job_id in taken:
                     continue
-                if (allocated.get(victim.account, 0) - job_gpus(victim)
-                        < guaranteed_gpus(victim.account) - 1e-9):
-                    continue
-                eligible[job_id] = victim
+                if _keeps_guarantee(allocated, guaranteed_gpus, victim):
+                    eligible[job_id] = victim
         return eligible
     guaranteed = ctx.fairshare.guaranteed_gpus
     answers = ctx.victim_answers
@@ -290,17 +289,23 @@ def _eligible_victims(ctx: Context, hosts: list[str], rank: int, state: _Round,
             why = answers.get(key, _UNASKED)
             if why is _UNASKED:
                 why = why_not_victim(ctx, victim, rank)
-            if why is None and (allocated.get(victim.account, 0) - job_gpus(victim)
-                                < guaranteed(victim.account) - 1e-9):
-                if refusals is None:
-                    continue
+            if why is None and not _keeps_guarantee(allocated, guaranteed, victim):
                 why = (f"its account {victim.account} would fall below its guaranteed share "
                        f"({guaranteed(victim.account):.0f} GPUs)")
             if why is None:
                 eligible[job_id] = victim
-            elif refusals is not None:
+            else:
                 refusals.setdefault(why.split(" (")[0], []).append(why)
     return eligible
+
+
+def _keeps_guarantee(allocated: dict[str, float], guaranteed_gpus: Callable[[str], float],
+                    victim: Job) -> bool:
+    """Taking ``victim`` leaves its account at or above its guaranteed share
+    (``allocated``: the GPUs each account holds, the victims taken so far
+    already off): only borrowed capacity is ever reclaimed."""
+    return (allocated.get(victim.account, 0) - job_gpus(victim)
+            >= guaranteed_gpus(victim.account) - 1e-9)
 
 
 def _victims_by_host(ctx: Context, rank: int) -> dict[str, list[Job]]:
@@ -463,7 +468,7 @@ def _pick_victims(ctx: Context, hosts: Iterable[str], free: dict[str, int],
                              key=lambda v: _sort_key(ctx, v))
             pick = None
             for v in options:
-                if left.get(v.account, 0) - job_gpus(v) >= fs.guaranteed_gpus(v.account) - 1e-9:
+                if _keeps_guarantee(left, fs.guaranteed_gpus, v):
                     pick = v
                     break
             if pick is None:
