@@ -139,8 +139,6 @@ class PolicyDriver:
         #: actions the executor left for a later cycle (within_budget).
         self.over_budget = 0
         self.deferred = 0
-        #: Slurm calls of the last cycle's executor (within_budget).
-        self.calls_made = 0
         #: Classes that may preempt and are never preempted: their submission
         #: rings the daemon's doorbell (plugin.doorbell), and a newly blocked job
         #: of one of them is planned for at the next cycle; the rest at ``refresh``.
@@ -268,7 +266,7 @@ class PolicyDriver:
         # The executor's first sweep, before the plan's actions: marks that the
         # last cycle's budget left on (each a call of this cycle's budget).
         spent = self._clear_stale_marks(budget) if self._marked else 0
-        done = self.within_budget(plan.actions, spent)
+        done, calls = self.within_budget(plan.actions, spent)
         if len(done) < len(plan.actions) or plan.held_back:
             # What the executor leaves for the next cycle never reaches the
             # journal; nor do the site factors the plan held back for it.
@@ -288,7 +286,7 @@ class PolicyDriver:
             self.apply(action, now)
         if self._marked:
             # Its sweep after the actions, within what they left of the budget.
-            self._clear_stale_marks(budget - self.calls_made)
+            self._clear_stale_marks(budget - calls)
 
     def _observe_victims(self, intents: Intents, now: float) -> Intents:
         """The executor's reconcile: a signalled victim whose restart count moved
@@ -327,7 +325,8 @@ class PolicyDriver:
             applied["UnmarkVictim"] = applied.get("UnmarkVictim", 0) + calls
         return calls
 
-    def within_budget(self, actions: tuple[Action, ...], spent: int = 0) -> tuple[Action, ...]:
+    def within_budget(self, actions: tuple[Action, ...], spent: int = 0,
+                      ) -> tuple[tuple[Action, ...], int]:
         """The actions the daemon's executor carries out within
         ``daemon.max_slurm_calls_per_cycle``, in its order: one call each
         (a StartPreemption two: reserve, then name the reservation on the
@@ -338,8 +337,8 @@ class PolicyDriver:
         (Calls that retry earlier steps, ``carry_on``, are not modelled: the
         simulated Slurm never fails one.)
         ``spent``: calls this cycle already made (the first mark sweep).
-        Returns ``actions`` itself when all fit; the calls made, ``spent``
-        included, are left in ``calls_made``."""
+        Returns the actions carried out (``actions`` itself when all fit) and
+        the calls the cycle has made with them, ``spent`` included."""
         budget = self.sim.settings.daemon.max_slurm_calls_per_cycle - spent
         cost = 0
         jobs_of: dict[int, int] = {}  # site-factor value -> jobs that get it
@@ -350,8 +349,7 @@ class PolicyDriver:
                 cost += _calls(a, self.sim)
         batches = sum(-(-n // SITE_FACTOR_BATCH) for n in jobs_of.values())
         if cost + batches <= budget:
-            self.calls_made = spent + cost + batches
-            return actions  # the common case: everything fits
+            return actions, spent + cost + batches  # the common case: everything fits
         done: list[Action] = []
         calls = 0
         site: list[SetSiteFactor] = []
@@ -368,9 +366,8 @@ class PolicyDriver:
         for batch in site_factor_batches(site, _site_factor)[:max(0, budget - calls)]:
             done.extend(batch)
             calls += 1
-        self.calls_made = spent + calls
         kept = set(map(id, done))
-        return tuple(a for a in actions if id(a) in kept)
+        return tuple(a for a in actions if id(a) in kept), spent + calls
 
     def _prune(self, intents: Intents, now: float) -> Intents:
         """Forget what the journal would no longer hand back: closed preemptions,

@@ -550,15 +550,19 @@ def test_the_simulated_executor_keeps_to_the_slurm_call_budget() -> None:
 
     # requeue 1 + start 2 + signal 2 (the victim's mark, then the signal) + one
     # call per value (3): 8 calls.
-    assert driver(8).within_budget(actions) is actions
-    assert driver(7).within_budget(actions) is not actions
+    done, calls = driver(8).within_budget(actions)
+    assert done is actions and calls == 8
+    # 7: the last value's batch (job 6) waits.
+    assert driver(7).within_budget(actions) == ((sf(1, 500), sf(2, 500), sf(5, 700), start,
+                                                 signal, requeue), 7)
     # An elastic victim is not marked: its signal is one call.
-    assert driver(7, min_nodes=1).within_budget(actions) is actions
+    done, calls = driver(7, min_nodes=1).within_budget(actions)
+    assert done is actions and calls == 7
     # 6: requeue, start and its signal, then the batch of value 500 (jobs 1, 2).
-    assert driver(6).within_budget(actions) == (sf(1, 500), sf(2, 500), start, signal,
-                                                requeue)
+    assert driver(6).within_budget(actions) == ((sf(1, 500), sf(2, 500), start, signal,
+                                                 requeue), 6)
     # 3: the executor stops at the signal's calls, before any site factor.
-    assert driver(3).within_budget(actions) == (start, requeue)
+    assert driver(3).within_budget(actions) == ((start, requeue), 3)
 
 
 def test_the_simulated_executor_takes_marks_off_within_the_call_budget() -> None:
@@ -593,8 +597,10 @@ def test_the_simulated_executor_takes_marks_off_within_the_call_budget() -> None
                     for v in (100, 200, 300))
     spent = d._clear_stale_marks(3)
     assert spent == 1 and jobs[4].marked is None and d._marked == {5: "p2"}
-    assert d.within_budget(factors) is factors and d.calls_made == 3
-    assert len(d.within_budget(factors, spent)) == 2 and d.calls_made == 3
+    done, calls = d.within_budget(factors)
+    assert done is factors and calls == 3
+    done, calls = d.within_budget(factors, spent)
+    assert len(done) == 2 and calls == 3
     assert d.actions_applied == {"UnmarkVictim": 2}
 
 
